@@ -1,0 +1,24 @@
+# Two entry points (see README): `make run` sets up and runs the main job, `make test` runs the tests.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SOURCE ?= mobilenet_v2
+
+.PHONY: setup run test test-all
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]' 2>&1 | grep -v "is ignored: it is neither" || true
+	$(BIN)/python -c "import tvm, torch, transformers, tlm" 
+	touch $(STAMP)
+
+run: setup
+	$(BIN)/tlm tasks $(SOURCE)
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-all: setup
+	$(BIN)/python -m pytest -q -m ""

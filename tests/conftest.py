@@ -1,0 +1,21 @@
+import os
+
+import pytest
+
+# Keep task caches of the test run apart from the user's.
+os.environ.setdefault("TLM_CACHE", os.path.join(os.path.dirname(__file__), "..", ".cache", "tlm"))
+
+
+@pytest.fixture(scope="session")
+def host():
+    from tlm.target import host_target
+
+    return host_target()
+
+
+@pytest.fixture(scope="session")
+def matmul32():
+    """A 32x32x32 float32 matmul task (the tiny workload of TVM CPU tests)."""
+    from tlm.tasks import matmul_task
+
+    return matmul_task(32)

@@ -1,0 +1,15 @@
+"""tlm: a tensor language model that schedules deep-learning kernels on Apache TVM."""
+
+from tlm.errors import TlmError
+from tlm.tasks import Task
+
+__version__ = "0.1.0"
+
+__all__ = ["Task", "TlmError", "extract_tasks", "__version__"]
+
+
+def extract_tasks(module, example_inputs, target=None):
+    """Tasks (fused subgraphs) of a torch.nn.Module that torch.export accepts; see tlm.graph."""
+    from tlm.graph import extract_tasks as _extract
+
+    return _extract(module, example_inputs, target=target)

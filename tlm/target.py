@@ -1,0 +1,166 @@
+"""Hardware targets: the host CPU as a TVM LLVM target, and named GPU targets.
+
+Every stage takes a target as a TVM JSON dict; `host_target()` is the default everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from tlm.errors import TlmError
+
+# Short names a user may pass for GPUs; they map to TVM's own target tags.
+GPU_TAGS = {
+    "cuda": "nvidia/nvidia-a100",
+    "a100": "nvidia/nvidia-a100",
+    "v100": "nvidia/nvidia-v100",
+    "h100": "nvidia/nvidia-h100",
+    "t4": "nvidia/nvidia-t4",
+    "a10g": "nvidia/nvidia-a10g",
+}
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    """A target as a JSON dict plus the facts the tensor language needs (hardware tokens)."""
+
+    config: dict[str, Any]  # the dict TVM's Target() takes
+    kind: str  # "llvm" or "cuda"
+    cpu: str  # LLVM CPU name, or the GPU arch (e.g. sm_80)
+    cores: int
+    vector_bits: int  # widest SIMD register for LLVM; 0 for GPUs
+    isa: str  # e.g. "avx512", "avx2", "sse4", "neon", or "cuda"
+
+    def tvm(self):
+        import tvm
+
+        return tvm.target.Target(self.config)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": self.config,
+            "kind": self.kind,
+            "cpu": self.cpu,
+            "cores": self.cores,
+            "vector_bits": self.vector_bits,
+            "isa": self.isa,
+        }
+
+    @property
+    def key(self) -> str:
+        """A stable string that identifies the target (cache keys, database target column)."""
+        return json.dumps(self.config, sort_keys=True)
+
+
+def _host_triple() -> str:
+    from tvm.target import codegen
+
+    # The wheel's LLVM reports the vendor it was built with (e.g. x86_64-conda-linux-gnu);
+    # the generic vendor triple works the same and is what users write.
+    arch, _, rest = codegen.llvm_get_system_triple().partition("-")
+    system = rest.split("-", 1)[1] if "-" in rest else rest
+    return f"{arch}-unknown-{system}"
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+def _llvm_isa(target) -> tuple[int, str]:
+    """(vector register bits, ISA name) of the target's CPU (not the host's)."""
+    from tvm.target import codegen
+
+    for isa, features, bits in (
+        ("avx512", ["avx512f"], 512),
+        ("avx2", ["avx2"], 256),
+        ("sse4", ["sse4.2"], 128),
+        ("neon", ["neon"], 128),
+        ("sve", ["sve"], 128),
+    ):
+        try:
+            if codegen.llvm_cpu_has_features(features, target):
+                return bits, isa
+        except Exception:  # feature unknown to this architecture
+            continue
+    return 128, "generic"
+
+
+def host_target(num_cores: int | None = None) -> TargetInfo:
+    """The LLVM target for this machine: LLVM's name for the host CPU, its cores, its SIMD ISA."""
+    from tvm.target import codegen
+
+    config = {
+        "kind": "llvm",
+        "mtriple": _host_triple(),
+        "mcpu": str(codegen.llvm_get_system_cpu()),
+        "num-cores": int(num_cores or _cores()),
+    }
+    return resolve_target(config)
+
+
+def resolve_target(spec: str | dict[str, Any] | TargetInfo | None) -> TargetInfo:
+    """Parse a user's target: None (host), "host", a GPU name, a TVM tag, JSON text or a dict.
+
+    Raises TlmError with a one-line message for anything TVM does not accept.
+    """
+    import tvm
+    from tvm.target import codegen
+
+    if isinstance(spec, TargetInfo):
+        return spec
+    if spec is None or spec == "host" or spec == "llvm":
+        return host_target()
+    if isinstance(spec, str):
+        text = spec.strip()
+        if text.startswith("{"):
+            try:
+                spec = json.loads(text)
+            except json.JSONDecodeError as err:
+                raise TlmError(f"bad target: not valid JSON ({err.msg})") from None
+        elif os.path.isfile(text):
+            try:
+                with open(text) as f:
+                    spec = json.load(f)
+            except (OSError, json.JSONDecodeError) as err:
+                raise TlmError(f"bad target file {text}: {err}") from None
+        else:
+            tag = GPU_TAGS.get(text.lower(), text)
+            if tag not in tvm.target.list_tags():
+                known = ", ".join(sorted(GPU_TAGS))
+                raise TlmError(
+                    f"bad target {text!r}: use 'host', a JSON dict, a TVM tag, or one of {known}"
+                )
+            spec = {"tag": tag}
+    if not isinstance(spec, dict):
+        raise TlmError(f"bad target: expected a dict, got {type(spec).__name__}")
+    if spec.get("mcpu") == "native":
+        raise TlmError("bad target: mcpu 'native' is not accepted by TVM; omit it for the host CPU")
+    try:
+        target = tvm.target.Target(spec["tag"] if set(spec) == {"tag"} else spec)
+    except Exception as err:  # TVM raises its own error types for unknown kinds and attributes
+        first = str(err).strip().splitlines()
+        raise TlmError(f"bad target {json.dumps(spec)}: {first[-1] if first else err}") from None
+    kind = target.kind.name
+    exported = {k: v for k, v in dict(target.export()).items() if k not in ("keys", "tag")}
+    config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in exported.items()}
+    config = {k: v for k, v in config.items() if v not in ("", None)}
+    if "host" in config:  # GPU targets carry the host target; keep it as plain JSON
+        config["host"] = {k: v for k, v in dict(target.host.export()).items() if k not in ("keys", "tag")}
+    if kind == "llvm":
+        mcpu = str(config.get("mcpu", ""))
+        if mcpu and not codegen.llvm_is_valid_cpu(mcpu, str(config.get("mtriple") or _host_triple())):
+            raise TlmError(f"bad target: LLVM does not know the CPU {mcpu!r}")
+        config.setdefault("num-cores", _cores())
+        config.setdefault("mtriple", _host_triple())
+        target = tvm.target.Target(config)
+        bits, isa = _llvm_isa(target)
+        return TargetInfo(config, "llvm", mcpu or "generic", int(config["num-cores"]), bits, isa)
+    if kind == "cuda":
+        return TargetInfo(config, "cuda", str(config.get("arch", "sm_?")), 0, 0, "cuda")
+    raise TlmError(f"bad target: kind {kind!r} is not supported (use llvm or cuda)")
