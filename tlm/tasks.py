@@ -20,13 +20,19 @@ _ANCHORS = (
 )
 
 
+_LAYOUT = {"reshape", "transpose", "permute_dims", "cast", "broadcast_to", "squeeze", "expand_dims",
+           "strided_slice", "split", "flatten"}
+
+
 def task_kind(name: str) -> str:
     """Task type from a fused task name, e.g. fused_conv2d3_add_relu -> conv2d."""
     ops = [re.sub(r"\d+$", "", op) for op in op_names(name)]
     for anchor in _ANCHORS:
         if anchor in ops:
             return anchor
-    return ops[0] if ops else name
+    # Otherwise the first op that computes something (data movement names the task last).
+    compute = [op for op in ops if op not in _LAYOUT]
+    return (compute or ops or [name])[0]
 
 
 def op_names(name: str) -> list[str]:

@@ -1,0 +1,77 @@
+"""Record database: durability settings, target-awareness, errors, MetaSchedule JSON round trip."""
+
+import os
+import sqlite3
+
+import pytest
+
+from tlm.database import Database, open_db
+from tlm.errors import TlmError
+from tlm.tasks import Task
+
+TARGET = '{"kind": "llvm", "mcpu": "a"}'
+OTHER = '{"kind": "llvm", "mcpu": "b"}'
+
+
+def _task(h="00000000000000aa"):
+    return Task(name="t", hash=h, weight=1, flops=1.0, kind="matmul", args=[], mod_json="{}")
+
+
+def test_wal_and_full_sync(tmp_path):
+    db = open_db(str(tmp_path / "db"))
+    assert db._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert db._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    db.close()
+
+
+def test_best_ignores_errors_and_other_targets(tmp_path):
+    with open_db(str(tmp_path / "db")) as db:
+        t = _task()
+        db.add_record(t, TARGET, [], [3e-6, 3e-6])
+        db.add_record(t, TARGET, [], [], error="WrongResult: x")
+        db.add_record(t, OTHER, [], [1e-6])
+        assert db.best(t.hash, TARGET).median_s == pytest.approx(3e-6)
+        assert db.best(t.hash, OTHER).median_s == pytest.approx(1e-6)
+        assert db.best(t.hash, '{"kind": "llvm"}') is None
+        assert db.count(t.hash, TARGET) == 2
+        assert db.task(t.hash).name == "t"
+    # Reopening sees everything (records persist across connections).
+    with open_db(str(tmp_path / "db")) as db:
+        assert db.count() == 3
+
+
+def test_missing_and_corrupt_db(tmp_path):
+    with pytest.raises(TlmError, match="no record database"):
+        Database(str(tmp_path / "none"), create=False)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "records.sqlite").write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(TlmError, match="corrupt"):
+        open_db(str(bad))
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(TlmError, match="not a directory"):
+        open_db(str(f))
+
+
+@pytest.mark.tvm
+def test_metaschedule_json_round_trip(tmp_path, host, matmul32):
+    from tvm.s_tir import meta_schedule as ms
+
+    from tlm.intrin import light_tensor_intrin
+    from tlm.measure import plain_json
+
+    light_tensor_intrin()
+    ctx = ms.TuneContext(mod=matmul32.mod, target=host.tvm(), space_generator="post-order-apply")
+    trace = plain_json(ctx.generate_design_space()[0].trace.as_json())
+    db = open_db(str(tmp_path / "db"))
+    db.add_record(matmul32, host.key, trace, [2e-6, 2e-6])
+    db.add_record(matmul32, OTHER, trace, [1e-9])  # another target: never exported for host
+    assert db.export_json(str(tmp_path / "json"), host) == 1
+    assert len(db.to_metaschedule(host)) == 1
+    other = open_db(str(tmp_path / "db2"))
+    assert other.import_json(str(tmp_path / "json")) == 1
+    best = other.best(matmul32.hash, host.key)
+    assert best is not None and best.median_s == pytest.approx(2e-6)
+    with pytest.raises(TlmError):
+        other.import_json(str(tmp_path / "missing"))

@@ -1,0 +1,486 @@
+"""The measurer: candidate programs -> LLVM build -> timed run, with an output check.
+
+Built on MetaSchedule's `LocalBuilder` and `LocalRunner`/`RPCRunner` (their worker pools,
+timeouts and futures). Two things are ours:
+- the build function calls `light_tensor_intrin()` in the worker instead of the 25-30 s
+  `import tvm.s_tir.tensor_intrin`;
+- the run worker first runs the program once on fixed inputs and compares every buffer with the
+  untuned task's output on the same inputs (a `tlm_ref.npz` placed beside the artifact), so a
+  wrong program becomes an error and is never timed or counted as fast. Integer inputs are
+  zeros, which are valid indices for gather/take tasks.
+A build or run failure is data (`MeasureResult.error`), never an exception that stops a batch.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tlm.tasks import Task
+from tlm.target import TargetInfo, resolve_target
+
+REF_NAME = "tlm_ref.npz"
+
+
+@dataclass
+class MeasureConfig:
+    """How programs are timed; saved with every tuning run."""
+
+    number: int = 1
+    repeat: int = 5
+    min_repeat_ms: int = 30
+    enable_cpu_cache_flush: bool = True
+    build_timeout_s: float = 30.0
+    run_timeout_s: float = 30.0
+    builder_workers: int | None = None  # default: the target's cores
+    remeasure_top: int = 2  # the best few of a batch are timed again
+    rtol: float = 1e-4  # relative to the largest reference magnitude
+    atol: float = 1e-5
+    # RPC: measure on devices registered with a TVM tracker instead of this host.
+    tracker_host: str | None = None
+    tracker_port: int | None = None
+    tracker_key: str | None = None
+    rpc_workers: int = 1
+    rpc_session_timeout_s: int = 60
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Candidate:
+    """A program to measure: a scheduled `tvm.s_tir.Schedule` or a trace for `task.mod`."""
+
+    task: Task
+    schedule: Any = None  # tvm.s_tir.Schedule
+    trace: Any = None  # tvm.s_tir.schedule.Trace, or its JSON (list) as stored in the database
+    proposer: str = "unknown"  # tlm, metaschedule, random, ...
+    round: int = 0
+    sentence: str | None = None  # the tensor-language sentence, when a language model wrote it
+
+
+@dataclass
+class MeasureResult:
+    candidate: Candidate
+    trace_json: Any  # trace.as_json(): plain lists, JSON-serializable
+    latencies_s: list[float] = field(default_factory=list)
+    error: str | None = None
+    build_s: float = 0.0
+    run_s: float = 0.0
+
+    @property
+    def median_s(self) -> float:
+        if self.error or not self.latencies_s:
+            return float("inf")
+        return float(statistics.median(self.latencies_s))
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.latencies_s)
+
+
+# ---------------------------------------------------------------- worker-side functions
+def build_in_worker(mod, target, _params):
+    """MetaSchedule's default build, minus the slow import of every tensor intrinsic."""
+    from tlm.intrin import light_tensor_intrin
+
+    light_tensor_intrin()
+    from tvm.driver import build as tvm_build
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    return tvm_build(mod, target=target)
+
+
+def make_inputs(args_info: list, seed: int = 0) -> list:
+    """Fixed inputs for a task: floats uniform in [-1, 1], integers and booleans zero."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for info in args_info:
+        _, dtype, shape = info
+        shape = [int(s) for s in shape]
+        if str(dtype).startswith(("float", "bfloat")):
+            out.append(rng.uniform(-1.0, 1.0, size=shape).astype(str(dtype)))
+        else:
+            out.append(np.zeros(shape, dtype=str(dtype)))
+    return out
+
+
+def compare(got, want, rtol: float, atol: float) -> str | None:
+    """None when `got` matches `want`, else a one-line reason."""
+    import numpy as np
+
+    if got.shape != want.shape:
+        return f"shape {got.shape} != {want.shape}"
+    if not np.issubdtype(want.dtype, np.floating):
+        bad = int(np.count_nonzero(got != want))
+        return f"{bad} elements differ" if bad else None
+    g = got.astype("float64")
+    w = want.astype("float64")
+    if not np.array_equal(np.isnan(g), np.isnan(w)):
+        return "NaN where the reference has none (or the reverse)"
+    mask = ~np.isnan(w)
+    if not mask.any():
+        return None
+    diff = float(np.max(np.abs(g[mask] - w[mask])))
+    scale = float(np.max(np.abs(w[mask])))
+    limit = atol + rtol * max(scale, 1.0)
+    return f"max abs diff {diff:.3g} > {limit:.3g}" if not diff <= limit else None
+
+
+def _check_and_time(rt_mod, device, cfg, args_info, ref_path, tol) -> list[float]:
+    import numpy as np
+    import tvm
+
+    ref = np.load(ref_path) if ref_path and os.path.exists(ref_path) else None
+    arrays = [ref[f"in{i}"] for i in range(len(args_info))] if ref is not None else make_inputs(args_info)
+    args = []
+    for arr in arrays:
+        t = tvm.runtime.empty(arr.shape, str(arr.dtype), device)
+        t.copyfrom(arr)
+        args.append(t)
+    if ref is not None:
+        rt_mod.get_function(rt_mod.entry_name)(*args)
+        device.sync()
+        for i, t in enumerate(args):
+            reason = compare(t.numpy(), ref[f"out{i}"], *tol)
+            if reason:
+                raise RuntimeError(f"WrongResult: buffer {i}: {reason}")
+    evaluator = rt_mod.time_evaluator(
+        func_name=rt_mod.entry_name,
+        dev=device,
+        number=cfg.number,
+        repeat=cfg.repeat,
+        min_repeat_ms=cfg.min_repeat_ms,
+        f_preproc="cache_flush_cpu_non_first_arg" if cfg.enable_cpu_cache_flush else "",
+    )
+    device.sync()
+    return [float(x) for x in evaluator(*args).results]
+
+
+def _ref_beside(artifact_path: str) -> str:
+    return os.path.join(os.path.dirname(artifact_path), REF_NAME)
+
+
+def local_run_worker(cfg, tol, artifact_path, device_type, args_info) -> list[float]:
+    import tvm
+
+    rt_mod = tvm.runtime.load_module(artifact_path)
+    device = tvm.runtime.device(device_type, 0)
+    return _check_and_time(rt_mod, device, cfg, args_info, _ref_beside(artifact_path), tol)
+
+
+def rpc_run_worker(rpc_config, cfg, tol, artifact_path, device_type, args_info) -> list[float]:
+    from tvm.s_tir.meta_schedule.runner import rpc_runner
+
+    session = rpc_config.connect_server()
+    remote_path = os.path.basename(artifact_path)
+    try:
+        device = session.device(device_type, 0)
+        rt_mod = rpc_runner.default_upload_module(session, artifact_path, remote_path)
+        return _check_and_time(rt_mod, device, cfg, args_info, _ref_beside(artifact_path), tol)
+    finally:
+        rpc_runner.default_cleanup(session, remote_path)
+
+
+def warm_worker() -> None:
+    """Pool initializer: pay for the TVM import and intrinsics once per worker process."""
+    from tlm.intrin import light_tensor_intrin
+
+    light_tensor_intrin()
+
+
+def _builder_class():
+    """A LocalBuilder whose worker pool lives across batches.
+
+    MetaSchedule's LocalBuilder starts a new pool per batch (against a worker memory leak);
+    each start re-imports TVM (4-10 s here), more than building a batch. We keep the pool and
+    recycle it every `recycle` batches instead.
+    """
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.builder import BuilderResult, LocalBuilder
+    from tvm.s_tir.meta_schedule.builder.local_builder import _worker_func
+    from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+
+    @derived_object
+    class PersistentLocalBuilder(LocalBuilder._cls):
+        recycle = 25
+
+        def _sanity_check(self) -> None:  # the parent's check starts (and drops) a whole pool
+            self._pool, self._uses = None, 0
+
+        def build(self, build_inputs):
+            if self._pool is None or self._uses >= self.recycle:
+                if self._pool is not None:
+                    self._pool.shutdown()
+                self._pool = PopenPoolExecutor(
+                    max_workers=self.max_workers, timeout=self.timeout_sec, initializer=warm_worker
+                )
+                self._uses = 0
+            self._uses += 1
+            results = []
+            args = [(self.f_build, self.f_export, b.mod, b.target, None) for b in build_inputs]
+            for res in self._pool.map_with_error_catching(lambda x: _worker_func(*x), args):
+                if res.status == StatusKind.COMPLETE:
+                    results.append(BuilderResult(res.value, None))
+                elif res.status == StatusKind.TIMEOUT:
+                    results.append(BuilderResult(None, f"LocalBuilder: Timeout after {self.timeout_sec} s"))
+                else:
+                    results.append(BuilderResult(None, f"LocalBuilder: {res.value}"))
+            return results
+
+        def shutdown(self) -> None:
+            if self._pool is not None:
+                self._pool.shutdown()
+                self._pool = None
+
+    return PersistentLocalBuilder
+
+
+def _runner_classes():
+    """LocalRunner/RPCRunner subclasses that submit our worker (which checks outputs)."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.runner import LocalRunner, RPCRunner
+    from tvm.s_tir.meta_schedule.runner.local_runner import LocalRunnerFuture
+    from tvm.s_tir.meta_schedule.runner.rpc_runner import RPCRunnerFuture
+
+    @derived_object
+    class CheckingLocalRunner(LocalRunner._cls):
+        def __init__(self, tol: tuple = (1e-4, 1e-5), **kwargs):
+            super().__init__(**kwargs)
+            self.tol = tol
+
+        def run(self, runner_inputs):
+            futures = []
+            for inp in runner_inputs:
+                fut = self.pool.submit(
+                    local_run_worker, self.evaluator_config, self.tol, str(inp.artifact_path),
+                    str(inp.device_type), tuple(a.as_json() for a in inp.args_info),
+                )
+                try:
+                    futures.append(LocalRunnerFuture(res=fut.result(), error_message=None))
+                except TimeoutError:
+                    msg = f"LocalRunner: Timeout, killed after {self.timeout_sec} seconds"
+                    futures.append(LocalRunnerFuture(res=None, error_message=msg))
+                except Exception as err:  # the worker's failure is the candidate's error
+                    futures.append(LocalRunnerFuture(res=None, error_message=f"LocalRunner: {err}"))
+            return futures
+
+    @derived_object
+    class CheckingRPCRunner(RPCRunner._cls):
+        def __init__(self, tol: tuple = (1e-4, 1e-5), **kwargs):
+            super().__init__(**kwargs)
+            self.tol = tol
+
+        def run(self, runner_inputs):
+            return [
+                RPCRunnerFuture(
+                    self.pool.submit(
+                        rpc_run_worker, self.rpc_config, self.evaluator_config, self.tol,
+                        str(inp.artifact_path), str(inp.device_type),
+                        tuple(a.as_json() for a in inp.args_info),
+                    ),
+                    timeout_sec=self.rpc_config.session_timeout_sec,
+                )
+                for inp in runner_inputs
+            ]
+
+    return CheckingLocalRunner, CheckingRPCRunner
+
+
+def plain_json(obj: Any) -> Any:
+    """A trace's `as_json()` as plain JSON data (it may hold IntImm/FloatImm/ffi strings)."""
+    if isinstance(obj, (bool, int, float, str)) or obj is None:
+        return obj
+    if isinstance(obj, (list, tuple)) or type(obj).__name__ in ("Array", "List"):
+        return [plain_json(x) for x in obj]
+    if isinstance(obj, dict) or type(obj).__name__ in ("Map", "Dict"):
+        return {str(k): plain_json(v) for k, v in obj.items()}
+    if hasattr(obj, "value"):  # IntImm, FloatImm, ffi boxed scalars
+        return obj.value
+    return str(obj)
+
+
+def _short(msg: str, limit: int = 1500) -> str:
+    """Keep the informative tail of TVM's long error texts."""
+    msg = str(msg)
+    if "WrongResult:" in msg:  # the worker's own message says it all; drop the traceback
+        return msg[msg.rindex("WrongResult:") + len("WrongResult:"):].strip().splitlines()[0]
+    lines = [ln for ln in msg.strip().splitlines() if ln.strip()]
+    text = "\n".join(lines[-8:])
+    return text[-limit:] if text else "unknown error"
+
+
+# ---------------------------------------------------------------- the measurer
+class Measurer:
+    """Builds and times candidates for one target; reusable across batches and tasks."""
+
+    def __init__(self, target: str | dict | TargetInfo | None = None, config: MeasureConfig | None = None):
+        self.target = resolve_target(target)
+        self.config = config or MeasureConfig()
+        self._refdir = tempfile.mkdtemp(prefix="tlm-ref-")
+        self._refs: dict[str, str] = {}
+        self._builder = None
+        self._runner = None
+        self.measured = 0
+
+    @property
+    def rpc(self) -> bool:
+        return bool(self.config.tracker_host)
+
+    def _setup(self) -> None:
+        if self._runner is not None:
+            return
+        from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig
+
+        cfg = self.config
+        self._builder = _builder_class()(
+            max_workers=cfg.builder_workers or max(1, self.target.cores),
+            timeout_sec=cfg.build_timeout_s,
+            f_build=build_in_worker,
+        )
+        ev = EvaluatorConfig(cfg.number, cfg.repeat, cfg.min_repeat_ms, cfg.enable_cpu_cache_flush)
+        local_cls, rpc_cls = _runner_classes()
+        tol = (cfg.rtol, cfg.atol)
+        if self.rpc:
+            rpc_cfg = RPCConfig(
+                tracker_host=cfg.tracker_host, tracker_port=int(cfg.tracker_port or 9190),
+                tracker_key=cfg.tracker_key or "tlm", session_timeout_sec=cfg.rpc_session_timeout_s,
+            )
+            self._runner = rpc_cls(
+                tol=tol, rpc_config=rpc_cfg, evaluator_config=ev, max_workers=cfg.rpc_workers
+            )
+        else:
+            self._runner = local_cls(
+                tol=tol, timeout_sec=cfg.run_timeout_s, evaluator_config=ev, initializer=warm_worker
+            )
+
+    def reference(self, task: Task) -> str:
+        """Path of the untuned task's inputs and outputs (built once per task, run on this host)."""
+        if task.hash in self._refs:
+            return self._refs[task.hash]
+        import numpy as np
+        import tvm
+
+        from tlm.target import host_target
+
+        args_info = [["TENSOR", a["dtype"], a["shape"]] for a in task.args]
+        inputs = make_inputs(args_info)
+        # The untuned program is naive but correct; build it for the host so it always runs here.
+        lib = tvm.compile(task.mod, target=host_target().tvm())
+        dev = tvm.cpu()
+        tensors = [tvm.runtime.tensor(x, dev) for x in inputs]
+        lib["main"](*tensors)
+        arrays = {f"in{i}": x for i, x in enumerate(inputs)}
+        arrays.update({f"out{i}": t.numpy() for i, t in enumerate(tensors)})
+        path = os.path.join(self._refdir, f"{task.hash}.npz")
+        np.savez(path, **arrays)
+        self._refs[task.hash] = path
+        return path
+
+    def _prepare(self, cand: Candidate):
+        """(scheduled IRModule, trace JSON) of a candidate; raises on an invalid trace."""
+        from tvm.s_tir import Schedule
+        from tvm.s_tir.schedule import Trace
+
+        if cand.schedule is not None:
+            return cand.schedule.mod, plain_json(cand.schedule.trace.as_json())
+        if cand.trace is None:
+            raise ValueError("candidate has neither a schedule nor a trace")
+        sch = Schedule(cand.task.mod)
+        if isinstance(cand.trace, Trace):
+            cand.trace.apply_to_schedule(sch, remove_postproc=False)
+        else:
+            Trace.apply_json_to_schedule(cand.trace, sch)
+        return sch.mod, plain_json(sch.trace.as_json())
+
+    def measure(self, candidates: list[Candidate]) -> list[MeasureResult]:
+        """Build and time a batch; results are in the same order as `candidates`."""
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+        from tvm.s_tir.meta_schedule.builder import BuilderInput
+        from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+        self._setup()
+        results: list[MeasureResult] = []
+        todo: list[tuple[int, Any]] = []
+        for cand in candidates:
+            res = MeasureResult(cand, trace_json=None)
+            try:
+                mod, res.trace_json = self._prepare(cand)
+                todo.append((len(results), mod))
+            except Exception as err:  # an invalid trace is a failed candidate, not a crash
+                res.error = "ScheduleError: " + _short(err)
+            results.append(res)
+        if not todo:
+            return results
+        target = self.target.tvm()
+        t0 = time.perf_counter()
+        built = self._builder.build([BuilderInput(mod, target) for _, mod in todo])
+        build_s = (time.perf_counter() - t0) / len(todo)
+        run_idx, run_inputs, dirs = [], [], []
+        for (i, mod), b in zip(todo, built):
+            results[i].build_s = build_s
+            if b.error_msg:
+                results[i].error = "BuildError: " + _short(b.error_msg)
+                continue
+            path = str(b.artifact_path)
+            dirs.append(os.path.dirname(path))
+            try:
+                shutil.copy(self.reference(results[i].candidate.task), _ref_beside(path))
+            except Exception as err:  # no reference: the program cannot be trusted
+                results[i].error = "ReferenceError: " + _short(err)
+                continue
+            run_idx.append(i)
+            run_inputs.append(RunnerInput(path, "cpu", ArgInfo.from_prim_func(mod["main"])))
+        try:
+            self._run(results, run_idx, run_inputs)
+            # Re-time the best few: one noisy low reading should not decide the winner.
+            ok = sorted((k for k in range(len(run_idx)) if results[run_idx[k]].ok),
+                        key=lambda k: results[run_idx[k]].median_s)[: self.config.remeasure_top]
+            if ok:
+                self._run(results, [run_idx[k] for k in ok], [run_inputs[k] for k in ok], extend=True)
+        finally:
+            for d in dirs:
+                shutil.rmtree(d, ignore_errors=True)
+        self.measured += len(candidates)
+        return results
+
+    def _run(self, results, idx, inputs, extend: bool = False) -> None:
+        if not inputs:
+            return
+        t0 = time.perf_counter()
+        futures = self._runner.run(inputs)
+        for i, fut in zip(idx, futures):
+            r = fut.result()
+            if r.error_msg:
+                kind = "WrongResult: " if "WrongResult:" in str(r.error_msg) else "RunError: "
+                results[i].error = kind + _short(r.error_msg)
+            else:
+                secs = [float(x) for x in r.run_secs]
+                results[i].latencies_s = results[i].latencies_s + secs if extend else secs
+        per = (time.perf_counter() - t0) / len(inputs)
+        for i in idx:
+            results[i].run_s += per
+
+    def close(self) -> None:
+        shutil.rmtree(self._refdir, ignore_errors=True)
+        for obj in (self._builder, self._runner):
+            try:
+                if obj is not None:
+                    obj.shutdown() if hasattr(obj, "shutdown") else obj.pool.shutdown()
+            except Exception:  # shutting down a dead pool is harmless
+                pass
+        self._builder = self._runner = None
+
+    def __enter__(self) -> Measurer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
