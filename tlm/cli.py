@@ -21,6 +21,13 @@ def _print_json(data) -> None:
     sys.stdout.write("\n")
 
 
+def _console():
+    from rich.console import Console
+
+    # Piped output keeps whole names (rich would squeeze columns to 80 characters).
+    return Console(width=None if sys.stdout.isatty() else 200)
+
+
 def _cmd_target(args: argparse.Namespace) -> int:
     from tlm.target import resolve_target
 
@@ -40,7 +47,6 @@ def _cmd_workloads(args: argparse.Namespace) -> int:
     if args.json:
         _print_json([w.to_json() for w in items])
         return 0
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"workloads ({args.split or 'all'}): {len(items)}")
@@ -48,7 +54,7 @@ def _cmd_workloads(args: argparse.Namespace) -> int:
         table.add_column(col)
     for w in items:
         table.add_row(w.name, w.family, w.split, str(list(w.shape)), w.description)
-    Console().print(table)
+    _console().print(table)
     return 0
 
 
@@ -59,7 +65,6 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(result.to_json())
         return 0
-    from rich.console import Console
     from rich.table import Table
 
     total = sum(t.weight * t.flops for t in result.tasks)
@@ -68,7 +73,7 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
         table.add_column(col, justify="right" if col in ("#", "weight", "MFLOP") else "left")
     for i, t in enumerate(result.tasks):
         table.add_row(str(i), t.name, t.kind, t.hash, str(t.weight), f"{t.flops / 1e6:.1f}")
-    Console().print(table)
+    _console().print(table)
     return 0
 
 

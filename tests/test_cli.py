@@ -1,0 +1,68 @@
+"""The command line: JSON outputs and one-line errors with a non-zero exit for bad input."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tlm.cli import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_workloads_test_split_json(capsys):
+    code, out, _ = run(capsys, "workloads", "--split", "test", "--json")
+    assert code == 0
+    assert len(json.loads(out)) == 12
+
+
+def test_workloads_table(capsys):
+    code, out, _ = run(capsys, "workloads", "--split", "test")
+    assert code == 0 and "bert_large-b4-s256" in out
+
+
+def test_target_json(capsys):
+    code, out, _ = run(capsys, "target", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["target"]["kind"] == "llvm" and data["cores"] >= 1
+
+
+@pytest.mark.tvm
+def test_tasks_json_shape(capsys):
+    code, out, _ = run(capsys, "tasks", "dcgan-b1", "--json")
+    data = json.loads(out)
+    assert code == 0
+    assert set(data) == {"source", "target", "tasks"} and data["source"] == "dcgan-b1"
+    assert {"name", "hash", "weight", "flops"} <= set(data["tasks"][0])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["tasks", "no_such_model"],
+        ["tasks", "/nonexistent/model.onnx"],
+        ["tasks", "dcgan-b1", "--target", "not-a-target"],
+        ["target", "--target", '{"kind": "llvm", "mcpu": "native"}'],
+    ],
+)
+def test_bad_input_is_one_line_and_non_zero(capsys, argv):
+    code, out, err = run(capsys, *argv)
+    assert code != 0
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("tlm: error:"), err
+    assert "Traceback" not in err
+
+
+@pytest.mark.tvm
+def test_malformed_onnx_file_from_the_shell(tmp_path):
+    bad = tmp_path / "broken.onnx"
+    bad.write_bytes(b"\x00\x01garbage")
+    proc = subprocess.run([sys.executable, "-m", "tlm.cli", "tasks", str(bad)], capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("tlm: error: malformed ONNX file")
