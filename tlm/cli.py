@@ -13,7 +13,7 @@ import warnings
 from tlm.errors import TlmError
 
 # Stage modules that add their own sub-commands through `register_cli(subparsers)`.
-_STAGE_CLIS = ("tlm.sampling", "tlm.tune", "tlm.compile")
+_STAGE_CLIS = ("tlm.sampling", "tlm.tune", "tlm.compile", "tlm.lm", "tlm.generate")
 
 
 def _print_json(data) -> None:

@@ -90,7 +90,7 @@ def static_contexts(trace) -> list[dict]:
             first = names.get(ins[0], ("?", "?"))
             names[outs[0]] = (first[0], "f")
         elif kind in ("CacheRead", "CacheWrite", "ReindexCacheRead", "ReindexCacheWrite") and ins:
-            names[outs[0]] = f"{names.get(ins[0], '?')}.{kind[5].lower()}"
+            names[outs[0]] = f"{names.get(ins[0], '?')}.{'w' if 'Write' in kind else 'r'}"
         if kind not in KINDS:
             if kind.startswith("Sample"):
                 out.append({"kind": kind})  # unsupported; the walker reports it as an error
