@@ -51,7 +51,8 @@ def op_names(name: str) -> list[str]:
         else:
             out.append(words[i])
             i += 1
-    return out
+    # The numbers TVM appends (conv2d22, add18) only tell same-named functions apart.
+    return [re.sub(r"(?<=[a-z_])\d+$", "", w) for w in out]
 
 
 @dataclass
