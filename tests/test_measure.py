@@ -87,21 +87,22 @@ def test_rpc_localhost(host, matmul32):
 
     port = _free_port()
     procs = [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1",
-                               "--port", str(port), "--port-end", str(port + 1), "--silent"])]
+                               "--port", str(port), "--port-end", str(port + 50), "--silent"])]
     try:
         time.sleep(3)
+        server_port = _free_port()
         procs.append(subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1",
-                                       "--port", str(_free_port()), "--tracker", f"127.0.0.1:{port}",
-                                       "--key", "tlm-test", "--silent"]))
-        deadline = time.time() + 90
-        while time.time() < deadline:
+                                       "--port", str(server_port), "--port-end", str(server_port + 50),
+                                       "--tracker", f"127.0.0.1:{port}", "--key", "tlm-test", "--silent"]))
+        deadline, ready = time.time() + 120, False
+        while time.time() < deadline and not ready:
+            time.sleep(1)
             try:
                 summary = rpc.connect_tracker("127.0.0.1", port).summary()
-                if any(q.get("key") == "tlm-test" for q in summary.get("server_info", [])):
-                    break
-            except Exception:
+                ready = any("tlm-test" in str(q.get("key")) for q in summary.get("server_info", []))
+            except Exception:  # the tracker is still starting
                 pass
-            time.sleep(1)
+        assert ready, "the RPC server did not register with the tracker"
         cfg = MeasureConfig(**FAST, tracker_host="127.0.0.1", tracker_port=port, tracker_key="tlm-test")
         with Measurer(host, cfg) as m:
             assert m.rpc

@@ -5,7 +5,7 @@ from tlm.tasks import Task
 
 __version__ = "0.1.0"
 
-__all__ = ["Task", "TlmError", "extract_tasks", "__version__"]
+__all__ = ["Task", "TlmError", "compile", "extract_tasks", "__version__"]
 
 
 def extract_tasks(module, example_inputs, target=None):
@@ -13,3 +13,10 @@ def extract_tasks(module, example_inputs, target=None):
     from tlm.graph import extract_tasks as _extract
 
     return _extract(module, example_inputs, target=target)
+
+
+def compile(module, example_inputs=None, *, db, target=None, **kwargs):  # noqa: A001 (tlm.compile)
+    """Compile a torch.nn.Module (or zoo name) with the best records of a database; see tlm.compile_model."""
+    from tlm.compile import compile_model
+
+    return compile_model(module, example_inputs, db=db, target=target, **kwargs)

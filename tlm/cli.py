@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import json
 import os
 import sys
@@ -13,7 +12,7 @@ import warnings
 from tlm.errors import TlmError
 
 # Stage modules that add their own sub-commands through `register_cli(subparsers)`.
-_STAGE_CLIS = ("tlm.sampling", "tlm.tune", "tlm.compile", "tlm.lm", "tlm.generate")
+_STAGE_CLIS = ("tlm.sampling", "tlm.lm", "tlm.generate", "tlm.tune", "tlm.compile")
 
 
 def _print_json(data) -> None:
@@ -100,10 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_tasks)
 
     for name in _STAGE_CLIS:
-        if importlib.util.find_spec(name) is not None:
-            module = importlib.import_module(name)
-            if hasattr(module, "register_cli"):
-                module.register_cli(sub)
+        importlib.import_module(name).register_cli(sub)
     return parser
 
 

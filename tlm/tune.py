@@ -249,6 +249,9 @@ def tune(source: str | list[Task], tuner: str = "metaschedule", budget: str | in
 
     config = config or TuneConfig()
     config.tuner, config.budget = tuner, str(budget)
+    parse_budget(config.budget, 1)  # a bad budget fails before any model is imported
+    if tuner not in TUNERS:
+        raise TlmError(f"bad tuner {tuner!r}: use one of {', '.join(TUNERS)}")
     info = resolve_target(target)
     if isinstance(source, str):
         from tlm.graph import tasks_for_source

@@ -90,12 +90,19 @@ def _wrap(model, field: str, causal_seq: int = 0, batch: int = 1):
 
 def _hf_image(cls_name: str, cfg_name: str, **cfg):
     def make(w: Workload):
+        import torch
         import transformers
 
         config = getattr(transformers, cfg_name)(num_labels=1000, **cfg)
         if hasattr(config, "image_size"):
             config.image_size = w.size
-        return _wrap(getattr(transformers, cls_name)(config), "logits")
+        model = getattr(transformers, cls_name)(config)
+        # HF's N(0, 0.02) init makes deep CNN outputs vanish (MobileNetV2 ~1e-21, EfficientNet 0),
+        # which would make every output check pass trivially; PyTorch's default init does not.
+        for module in model.modules():
+            if isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)):
+                module.reset_parameters()
+        return _wrap(model, "logits")
 
     return make
 
