@@ -18,40 +18,41 @@ def _conv_bn(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1, act=
 
 
 # ---------------------------------------------------------------- ResNet family (2D and 3D)
-class _Basic(nn.Module):
-    expansion = 1
+class _Residual(nn.Module):
+    """relu(body(x) + shortcut(x)); the shortcut projects when stride or channels change."""
 
-    def __init__(self, cin, planes, stride, groups=1, width=64, dim=2):
+    def __init__(self, body: nn.Module, cin: int, out: int, stride: int, dim: int):
         super().__init__()
-        self.body = nn.Sequential(
-            _conv_bn(cin, planes, 3, stride, dim=dim), _conv_bn(planes, planes, 3, act=None, dim=dim)
-        )
-        self.down = None
-        if stride != 1 or cin != planes:
-            self.down = _conv_bn(cin, planes, 1, stride, act=None, dim=dim)
-
-    def forward(self, x):
-        return torch.relu(self.body(x) + (x if self.down is None else self.down(x)))
-
-
-class _Bottleneck(nn.Module):
-    expansion = 4
-
-    def __init__(self, cin, planes, stride, groups=1, width=64, dim=2):
-        super().__init__()
-        mid = int(planes * (width / 64.0)) * groups
-        out = planes * 4
-        self.body = nn.Sequential(
-            _conv_bn(cin, mid, 1, dim=dim),
-            _conv_bn(mid, mid, 3, stride, groups=groups, dim=dim),
-            _conv_bn(mid, out, 1, act=None, dim=dim),
-        )
+        self.body = body
         self.down = None
         if stride != 1 or cin != out:
             self.down = _conv_bn(cin, out, 1, stride, act=None, dim=dim)
 
     def forward(self, x):
         return torch.relu(self.body(x) + (x if self.down is None else self.down(x)))
+
+
+class _Basic(_Residual):
+    expansion = 1
+
+    def __init__(self, cin, planes, stride, groups=1, width=64, dim=2):
+        body = nn.Sequential(
+            _conv_bn(cin, planes, 3, stride, dim=dim), _conv_bn(planes, planes, 3, act=None, dim=dim)
+        )
+        super().__init__(body, cin, planes, stride, dim)
+
+
+class _Bottleneck(_Residual):
+    expansion = 4
+
+    def __init__(self, cin, planes, stride, groups=1, width=64, dim=2):
+        mid = int(planes * (width / 64.0)) * groups
+        body = nn.Sequential(
+            _conv_bn(cin, mid, 1, dim=dim),
+            _conv_bn(mid, mid, 3, stride, groups=groups, dim=dim),
+            _conv_bn(mid, planes * 4, 1, act=None, dim=dim),
+        )
+        super().__init__(body, cin, planes * 4, stride, dim)
 
 
 class ResNet(nn.Module):
