@@ -206,15 +206,46 @@ def read_shards(out: str | Path) -> Iterator[dict[str, Any]]:
                 yield json.loads(line)
 
 
-def _cmd_sample(args: argparse.Namespace) -> int:
-    from tlm.graph import tasks_for_source
+# The pretraining corpus: one training variant of every family, at batch 1 and a shape other
+# than the family's held-out test workload where the family has one.
+PRETRAIN_SET = (
+    "resnet_18-b1-i224", "resnet_50-b1-i240", "mobilenet_v2-b1-i240", "mobilenet_v3-b1-i224",
+    "resnext_50-b1-i256", "wide_resnet_50-b1-i224", "densenet_121-b1-i224", "vgg_16-b1-i224",
+    "inception_v3-b1-i299", "efficientnet-b1-i224", "vit-b1-i224", "resnet3d_18-b1-i112", "dcgan-b1",
+    "bert_tiny-b1-s64", "bert_medium-b1-s128", "bert_base-b1-s64", "bert_large-b1-s64",
+    "gpt2-b1-s64", "llama-b1-s64",
+)
 
+
+def expand_sources(sources: list[str]) -> list[str]:
+    """`pretrain-set` stands for PRETRAIN_SET; other names pass through."""
+    out: list[str] = []
+    for s in sources:
+        out.extend(PRETRAIN_SET if s == "pretrain-set" else [s])
+    return out
+
+
+def corpus_tasks(sources: list[str], hold_out: str = "none", target=None) -> tuple[list[Task], TargetInfo]:
+    """Tasks of `sources`; with hold_out="test", minus every task of the held-out test workloads."""
+    from tlm.graph import tasks_for_source, training_tasks
+    from tlm.target import resolve_target
+    from tlm.zoo import list_workloads
+
+    sources = expand_sources(sources)
+    target = resolve_target(target)
+    if hold_out == "test":
+        tests = [w.name for w in list_workloads("test")]
+        return training_tasks(sources, tests, target), target
+    if hold_out != "none":
+        raise TlmError(f"unknown --hold-out {hold_out!r} (choose test or none)")
     tasks: list[Task] = []
-    target = None
-    for source in args.source:
-        ts = tasks_for_source(source, target=args.target)
-        target = target or ts.target
-        tasks.extend(ts.tasks)
+    for source in sources:
+        tasks.extend(tasks_for_source(source, target=target).tasks)
+    return tasks, target
+
+
+def _cmd_sample(args: argparse.Namespace) -> int:
+    tasks, target = corpus_tasks(args.source, args.hold_out, args.target)
     jobs = args.jobs or max(1, target.cores if target.kind == "llvm" else (os.cpu_count() or 1))
     res = sample(tasks, target, args.per_task, args.out, jobs=jobs, seed=args.seed)
     for f in res["failed"]:
@@ -230,10 +261,12 @@ def _cmd_sample(args: argparse.Namespace) -> int:
 
 def register_cli(subparsers) -> None:
     p = subparsers.add_parser("sample", help="sample random programs of model tasks as tensor sentences")
-    p.add_argument("source", nargs="+", help="zoo workload names or .onnx paths")
+    p.add_argument("source", nargs="+", help="zoo workload names, .onnx paths, or 'pretrain-set'")
     p.add_argument("--per-task", type=int, default=100, help="programs per task (default 100)")
     p.add_argument("--out", required=True, help="output directory (re-running resumes)")
     p.add_argument("--jobs", type=int, default=0, help="worker processes (default: target cores)")
     p.add_argument("--target", default=None, help="'host' (default), a GPU name, a TVM tag or JSON")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--hold-out", default="none", choices=["none", "test"],
+                   help="'test': leave out every task of the held-out test workloads")
     p.set_defaults(func=_cmd_sample)
