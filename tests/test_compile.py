@@ -19,7 +19,8 @@ def _tiny_cnn():
 
 
 def test_small_cnn_from_small_db(tmp_path, host):
-    from tlm.compile import CompileConfig, compile_model
+    from tlm.compile_job import compile_model
+    from tlm.compiler import CompileConfig
     from tlm.graph import extract_tasks
     from tlm.measure import MeasureConfig
     from tlm.tune import TuneConfig, tune
@@ -71,3 +72,60 @@ def test_missing_db_is_an_error(tmp_path):
     from tlm.cli import main
 
     assert main(["compile", "mobilenet_v2", "--db", str(tmp_path / "nope")]) == 2
+
+
+def test_cli_compile_budget_zero_end_to_end(tmp_path, host, monkeypatch, capsys):
+    """`tlm compile MODEL.onnx --budget 0 --model DIR`: every task gets the greedy program of
+    the model, nothing is measured, the whole model still matches the reference."""
+    import json
+
+    import torch
+
+    from tlm.cli import main
+    from tlm.database import open_db
+    from tlm.graph import tasks_for_source
+    from tlm.lm import build_tokenizer, new_model, save_model, space_words
+    from tlm.sampling import target_id
+    from tlm.tune_tlm import GREEDY
+
+    monkeypatch.setenv("TLM_CACHE", str(tmp_path / "cache"))  # the default run directory goes here
+    net, inputs = _tiny_cnn()
+    onnx_path = str(tmp_path / "cnn.onnx")
+    torch.onnx.export(net, inputs, onnx_path, dynamo=False, input_names=["x"])
+    tasks = tasks_for_source(onnx_path, host).tasks
+    tok = build_tokenizer(space_words(tasks, host, walks=1))
+    model_dir = tmp_path / "model"
+    save_model(new_model("tiny", tok.get_vocab_size(), seed=1), tok, model_dir,
+               {"preset": "tiny", "target": host.config, "target_id": target_id(host)})
+    argv = ["compile", onnx_path, "--budget", "0", "--model", str(model_dir), "--repeat", "3"]
+    assert main(argv + ["--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["matches"] and report["measurements"] == 0 and report["budget"] == "0"
+    assert report["wall_s"] > 0 and report["tune_s"] is not None and report["tuned_tasks"] == 0
+    assert report["greedy_tasks"] == report["tasks"] == len(tasks)
+    assert {r["status"] for r in report["task_rows"]} == {"greedy"}
+    assert report["db"].startswith(str(tmp_path / "cache" / "runs"))
+    with open_db(report["db"]) as db:
+        assert db.count() == db.count(proposer=GREEDY) == len(tasks)
+    # The table report, resumed on the same run directory (nothing new is stored).
+    assert main(argv + ["--no-compare"]) == 0
+    out = capsys.readouterr().out
+    assert "greedy" in out and "measurements: 0, budget 0" in out and "outputs match" in out
+    with open_db(report["db"]) as db:
+        assert db.count() == len(tasks)
+    # The Python API: tlm.compile(module, inputs, db=..., budget=..., model=...).
+    import tlm
+    from tlm.compiler import CompileConfig
+
+    model = tlm.compile(net, inputs, db=str(tmp_path / "api-db"), budget=0, model=str(model_dir),
+                        config=CompileConfig(repeat=3, min_repeat_ms=5, compare=False))
+    assert model.matches and model.budget == "0" and model.measurements == 0
+    assert model.greedy_tasks == model.tasks > 0
+
+
+def test_compile_needs_db_or_budget(tmp_path):
+    from tlm.cli import main
+
+    assert main(["compile", "mobilenet_v2"]) == 2
+    assert main(["compile", "mobilenet_v2", "--db", str(tmp_path), "--model", str(tmp_path)]) == 2
+    assert main(["compile", "mobilenet_v2", "--budget", "lots"]) == 2

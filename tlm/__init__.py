@@ -15,8 +15,9 @@ def extract_tasks(module, example_inputs, target=None):
     return _extract(module, example_inputs, target=target)
 
 
-def compile(module, example_inputs=None, *, db, target=None, **kwargs):  # noqa: A001 (tlm.compile)
-    """Compile a torch.nn.Module (or zoo name) with the best records of a database; see tlm.compile_model."""
-    from tlm.compile import compile_model
+def compile(module, example_inputs=None, *, db=None, target=None, **kwargs):  # noqa: A001
+    """Compile a torch.nn.Module (or zoo name): with `db=` from its records, with `budget=` after
+    tuning with the TLM tuner first; see tlm.compile_job.compile_model."""
+    from tlm.compile_job import compile_model
 
     return compile_model(module, example_inputs, db=db, target=target, **kwargs)

@@ -1,12 +1,16 @@
-"""Baseline tuners through the shared measurer and database: `tlm tune SOURCE --tuner ...`.
+"""Tuners through the shared measurer and database: `tlm tune SOURCE --tuner ...`.
+
+- tlm: the language model proposes the programs (tlm/tune_tlm.py: greedy program first, then
+  samples, rounds to the tasks that take the most time; `--budget 0`: the greedy program only).
 
 - metaschedule: MetaSchedule's evolutionary search with its XGBoost cost model, driven task by
   task through its TuneContext API (the loop its TaskScheduler runs), but every candidate goes
   through `tlm.measure.Measurer` and into `tlm.database.Database`.
 - random: random programs of the MetaSchedule design space (fresh decisions replayed on each
   space's trace, then the postprocessors), well-spread seeds, no repeats.
-The budget counts measurements (failures included) per task, proposer and target; re-running
-the same command resumes from what the database holds.
+The budget counts measurements (failures included) per task, proposer and target (the tlm
+tuner spends the same total where it helps most); re-running the same command resumes from
+what the database holds.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from tlm.errors import TlmError
 from tlm.measure import Candidate, MeasureConfig, Measurer, plain_json
 from tlm.tasks import Task
 
-TUNERS = ("metaschedule", "random")
+TUNERS = ("metaschedule", "random", "tlm")
 
 
 @dataclass
@@ -33,17 +37,21 @@ class TuneConfig:
     budget: str = "16g"
     batch_size: int = 16
     seed: int = 0
+    model: str | None = None  # tlm: model directory (default: the shipped one for the target)
+    round_size: int = 4  # tlm: new programs per task per scheduling round
     measure: MeasureConfig = field(default_factory=MeasureConfig)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def parse_budget(text: str | int, num_tasks: int) -> list[int]:
-    """Per-task measurement budgets from `B` (a total, split evenly) or `Kg` (K per task)."""
+def parse_budget(text: str | int, num_tasks: int, allow_zero: bool = False) -> list[int]:
+    """Per-task measurement budgets from `B` (a total, split evenly) or `Kg` (K per task).
+
+    `allow_zero`: accept 0 (the tlm tuner's "greedy program only, no measurement")."""
     s = str(text).strip().lower()
     m = re.fullmatch(r"(\d+)(g?)", s)
-    if not m or int(m.group(1)) <= 0:
+    if not m or (int(m.group(1)) <= 0 and not allow_zero):
         raise TlmError(f"bad budget {text!r}: use a total number of measurements (e.g. 200) or Kg (e.g. 4g)")
     n = int(m.group(1))
     if m.group(2):
@@ -94,7 +102,15 @@ def random_programs(task: Task, ctx, spaces, seeds: list[int], seen: set[str]) -
 
 
 class Tuner:
-    """Runs one baseline over tasks; `run()` returns the summary rows."""
+    """Runs one tuner over tasks; `run()` returns the summary rows. `Tuner(...)` with
+    `config.tuner == "tlm"` is a `tlm.tune_tlm.TlmTuner`."""
+
+    def __new__(cls, tasks=None, db=None, target=None, config=None, *args, **kwargs):
+        if cls is Tuner and config is not None and config.tuner == "tlm":
+            from tlm.tune_tlm import TlmTuner
+
+            return super().__new__(TlmTuner)
+        return super().__new__(cls)
 
     def __init__(self, tasks: list[Task], db, target, config: TuneConfig, progress: bool = True):
         if config.tuner not in TUNERS:
@@ -233,8 +249,9 @@ def print_summary(rows: list[dict[str, Any]], title: str) -> None:
     for col in ("#", "task", "weight", "measured", "errors", "best us", "GFLOPS"):
         table.add_column(col, justify="left" if col == "task" else "right")
     for i, r in enumerate(rows):
+        best = f"{r['best_us']:.1f}" if r["best_us"] else ("greedy" if r.get("status") == "greedy" else "-")
         table.add_row(str(i), r["name"], str(r["weight"]), str(r["measured"]), str(r["errors"]),
-                      f"{r['best_us']:.1f}" if r["best_us"] else "-", f"{r['gflops']:.1f}" if r["gflops"] else "-")
+                      best, f"{r['gflops']:.1f}" if r["gflops"] else "-")
     est = sum(r["weight"] * r["best_us"] for r in rows if r["best_us"])
     table.caption = f"weighted sum of best task latencies: {est / 1e3:.3f} ms"
     _stderr_console().print(table)
@@ -242,16 +259,25 @@ def print_summary(rows: list[dict[str, Any]], title: str) -> None:
 
 def tune(source: str | list[Task], tuner: str = "metaschedule", budget: str | int = "16g",
          db: str = "tlm-db", target=None, config: TuneConfig | None = None,
-         progress: bool = True) -> list[dict[str, Any]]:
-    """Tune a model's tasks (a zoo name, an .onnx path, or a list of Tasks) into the database."""
+         progress: bool = True, model: str | None = None) -> list[dict[str, Any]]:
+    """Tune a model's tasks (a zoo name, an .onnx path, or a list of Tasks) into the database.
+
+    `tuner="tlm"` uses the language model in `model` (a directory; default: the shipped model
+    for the target) and accepts `budget=0` (store each task's greedy program, measure nothing).
+    """
     from tlm.database import open_db
     from tlm.target import resolve_target
 
     config = config or TuneConfig()
     config.tuner, config.budget = tuner, str(budget)
-    parse_budget(config.budget, 1)  # a bad budget fails before any model is imported
+    if model is not None:
+        config.model = str(model)
     if tuner not in TUNERS:
         raise TlmError(f"bad tuner {tuner!r}: use one of {', '.join(TUNERS)}")
+    if config.model and tuner != "tlm":
+        raise TlmError("a model is only used by the tlm tuner (--tuner tlm)")
+    allow_zero = tuner == "tlm"
+    parse_budget(config.budget, 1, allow_zero)  # a bad budget fails before any model is imported
     info = resolve_target(target)
     if isinstance(source, str):
         from tlm.graph import tasks_for_source
@@ -261,7 +287,11 @@ def tune(source: str | list[Task], tuner: str = "metaschedule", budget: str | in
         tasks = list(source)
     if not tasks:
         raise TlmError("no tuning tasks found")
-    parse_budget(config.budget, len(tasks))  # bad budgets fail before the database is touched
+    parse_budget(config.budget, len(tasks), allow_zero)  # bad budgets fail before the database is touched
+    if tuner == "tlm" and config.model is None:
+        from tlm.tune_tlm import default_model_dir
+
+        default_model_dir(info)  # a missing model fails before the database is touched
     database = open_db(db)
     try:
         return Tuner(tasks, database, info, config, progress=progress).run()
@@ -291,7 +321,7 @@ def add_measure_args(p: argparse.ArgumentParser) -> None:
 def _cmd_tune(args: argparse.Namespace) -> int:
     config = TuneConfig(batch_size=args.batch_size, seed=args.seed, measure=measure_config_from_args(args))
     rows = tune(args.source, args.tuner, args.budget, args.db, args.target, config,
-                progress=not args.json and sys.stderr.isatty() or args.progress)
+                progress=not args.json and sys.stderr.isatty() or args.progress, model=args.model)
     if args.json:
         json.dump({"source": args.source, "tuner": args.tuner, "budget": args.budget,
                    "measurements": sum(r["measured"] for r in rows), "tasks": rows}, sys.stdout, indent=2)
@@ -302,10 +332,13 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
 
 def register_cli(sub) -> None:
-    p = sub.add_parser("tune", help="tune a model's tasks with a baseline tuner into a record database")
+    p = sub.add_parser("tune", help="tune a model's tasks (language model or a baseline) into a record database")
     p.add_argument("source", help="a zoo workload name or a path to an .onnx file")
     p.add_argument("--tuner", choices=TUNERS, default="metaschedule")
-    p.add_argument("--budget", default="16g", help="total measurements B, or Kg for K per task")
+    p.add_argument("--budget", default="16g",
+                   help="total measurements B, or Kg for K per task (tlm: 0 = greedy program only)")
+    p.add_argument("--model", default=None,
+                   help="tlm: model directory (default: pretrained/tlm-ft-KIND-ISA, else tlm-base-KIND-ISA)")
     p.add_argument("--db", required=True, help="record database directory")
     p.add_argument("--target", default=None, help="'host' (default), or a TVM target as JSON")
     p.add_argument("--batch-size", type=int, default=16, help="candidates measured per batch")

@@ -1,19 +1,20 @@
 """Whole-model compile: apply the best record of each task, build, check, time, compare.
 
-`tlm compile SOURCE --db DIR [-o OUT] [--json]` and `compile_model(module, example_inputs,
-db=...)`. Tasks without a record for this target get TVM's default schedule (compile_relax's
-DLight fallback). Records of other targets are never applied (the MetaSchedule database view
-holds only this target's records). The artifact is a shared library that
-`tvm.runtime.load_module` + `relax.VirtualMachine` reload; we time and check the reloaded one.
+Each task gets its fastest measured record for this target; a task with none gets
+its unmeasured greedy program from the TLM tuner (`--budget 0`, proposer "tlm-greedy") when
+there is one, else TVM's default schedule (compile_relax's DLight fallback). Records of other
+targets are never applied (the MetaSchedule database view holds only this target's records).
+The artifact is a shared library that `tvm.runtime.load_module` + `relax.VirtualMachine`
+reload; we time and check the reloaded one, so a wrong program (greedy ones included) fails
+the output check.
+The entry points (`tlm compile`, `tlm.compile`, tuning first with `--budget`) are in
+tlm/compile_job.py.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -49,9 +50,15 @@ class CompiledModel:
     onnxruntime_note: str | None = None
     tasks: int = 0
     tuned_tasks: int = 0
+    greedy_tasks: int = 0  # tasks compiled with their unmeasured greedy program
     measurements: int = 0
     threads: int = 1
     target: dict | None = None
+    task_rows: list = field(default_factory=list, repr=False)  # see compile_database
+    db: str | None = None
+    budget: str | None = None  # set when the model was tuned with the TLM tuner first
+    tune_s: float | None = None
+    wall_s: float | None = None  # tuning (if any) + build + check + timing
 
     def __call__(self, *inputs):
         import numpy as np
@@ -72,8 +79,17 @@ class CompiledModel:
             "onnxruntime_ms": self.onnxruntime_ms, "onnxruntime_note": self.onnxruntime_note,
             "max_abs_diff": self.max_abs_diff, "tolerance": self.tolerance, "matches": self.matches,
             "measurements": self.measurements, "tasks": self.tasks, "tuned_tasks": self.tuned_tasks,
-            "threads": self.threads, "artifact": self.artifact, "target": self.target,
+            "greedy_tasks": self.greedy_tasks, "threads": self.threads, "artifact": self.artifact,
+            "target": self.target, "weighted_task_latency_us": self.weighted_task_latency_us,
+            "db": self.db, "budget": self.budget, "tune_s": self.tune_s, "wall_s": self.wall_s,
+            "task_rows": self.task_rows,
         }
+
+    @property
+    def weighted_task_latency_us(self) -> float | None:
+        """Sum of weight x measured best latency over the tuned tasks."""
+        vals = [r["weight"] * r["best_us"] for r in self.task_rows if r.get("best_us")]
+        return sum(vals) if vals else None
 
 
 def _to_numpy(x):
@@ -148,6 +164,50 @@ def _onnxruntime_ms(imported, threads: int, cfg: CompileConfig) -> tuple[float |
     return ms_, None
 
 
+# run_secs given to an unmeasured greedy record in the MetaSchedule view (it is the task's only
+# record there, so the value only has to be a valid latency).
+GREEDY_PLACEHOLDER_S = 1.0
+
+
+def compile_database(database, tasks, target) -> tuple[Any, list[dict[str, Any]]]:
+    """(MetaSchedule database that compile_relax applies, one row per task).
+
+    The MetaSchedule view holds each task's fastest measured record for `target`, plus the
+    unmeasured greedy program (tlm-greedy) of tasks that have no measured record. Rows:
+    name, hash, weight, measured (records with a latency or an error), best_us, status
+    ("tuned", "greedy" or "untuned").
+    """
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+    from tvm.s_tir.schedule import Trace
+
+    from tlm.target import resolve_target
+    from tlm.tune_tlm import GREEDY, greedy_for_compile
+
+    info = resolve_target(target)
+    msdb = database.to_metaschedule(info)
+    tvm_target = info.tvm()
+    rows = []
+    for t in tasks:
+        best = database.best(t.hash, info.key)
+        measured = sum(1 for r in database.records(t.hash, info.key) if r.proposer != GREEDY)
+        status = "tuned" if best else "untuned"
+        if best is None and (rec := greedy_for_compile(database, t.hash, info.key)) is not None:
+            try:
+                sch = Schedule(t.mod)
+                Trace.apply_json_to_schedule(rec.trace_json, sch)
+                workload = msdb.commit_workload(t.mod)
+                msdb.commit_tuning_record(TuningRecord(
+                    sch.trace, workload, [GREEDY_PLACEHOLDER_S], tvm_target, ArgInfo.from_prim_func(t.mod["main"])))
+                status = "greedy"
+            except Exception:  # a trace that no longer replays: the default schedule it is
+                pass
+        rows.append({"name": t.name, "hash": t.hash, "weight": t.weight, "measured": measured,
+                     "best_us": best.median_s * 1e6 if best else None, "status": status})
+    return msdb, rows
+
+
 def compile_imported(imported, db: str, target=None, output: str | None = None,
                      config: CompileConfig | None = None, tasks=None) -> CompiledModel:
     """Compile an `ImportedModel` (tlm.graph) with the best records of `db` for `target`."""
@@ -168,11 +228,11 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
     try:
         if tasks is None:
             tasks = extract_from_relax(imported.mod, info)
-        tuned = sum(1 for t in tasks if database.best(t.hash, info.key) is not None)
-        measurements = database.count(target_key=info.key)
-        msdb = database.to_metaschedule(info)
+        msdb, rows = compile_database(database, tasks, info)
     finally:
         database.close()
+    tuned = sum(1 for r in rows if r["status"] == "tuned")
+    measurements = sum(r["measured"] for r in rows)
     try:
         with quiet_stderr():
             ex = ms.relax_integration.compile_relax(msdb, imported.mod, info.tvm(), params=None)
@@ -186,7 +246,8 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
     vm = relax.VirtualMachine(tvm.runtime.load_module(artifact), dev)  # check the saved artifact
     model = CompiledModel(vm=vm, artifact=os.path.abspath(artifact), latency_ms=0.0, max_abs_diff=None,
                           tolerance=None, tasks=len(tasks), tuned_tasks=tuned, measurements=measurements,
-                          threads=info.cores, target=info.config)
+                          threads=info.cores, target=info.config, task_rows=rows, db=os.path.abspath(db),
+                          greedy_tasks=sum(1 for r in rows if r["status"] == "greedy"))
     got = model(*imported.inputs)
     want = np.asarray(imported.reference(imported.inputs))
     if got.shape != want.shape:
@@ -204,66 +265,3 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
         except Exception as err:  # a comparison that cannot run is reported, not fatal
             model.onnxruntime_note = f"{type(err).__name__}: {str(err).strip()[:200]}"
     return model
-
-
-def compile_model(module, example_inputs=None, *, db: str, target=None, output: str | None = None,
-                  config: CompileConfig | None = None) -> CompiledModel:
-    """`tlm.compile`: a torch.nn.Module (with example inputs), a zoo name or an .onnx path ->
-    a callable compiled model with its latency figures."""
-    from tlm.graph import import_source, import_torch
-
-    if isinstance(module, str):
-        imported = import_source(module)
-    else:
-        if example_inputs is None:
-            raise TlmError("example_inputs are required to compile a torch module")
-        imported = import_torch(module, example_inputs)
-    return compile_imported(imported, db, target=target, output=output, config=config)
-
-
-def _cmd_compile(args: argparse.Namespace) -> int:
-    from tlm.graph import import_source, tasks_for_source
-    from tlm.target import resolve_target
-
-    if not os.path.isdir(args.db):
-        raise TlmError(f"no record database directory {args.db}")
-    info = resolve_target(args.target)
-    tasks = tasks_for_source(args.source, target=info).tasks
-    cfg = CompileConfig(repeat=args.repeat, compare=not args.no_compare)
-    model = compile_imported(import_source(args.source), args.db, target=info, output=args.output,
-                             config=cfg, tasks=tasks)
-    report = {"source": args.source, **model.to_json()}
-    if args.json:
-        json.dump(report, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        from rich.console import Console
-        from rich.table import Table
-
-        fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
-        table = Table(title=f"{args.source}: {model.tuned_tasks}/{model.tasks} tasks tuned, "
-                            f"{model.measurements} measurements, {model.threads} threads")
-        for col in ("runtime", "median ms"):
-            table.add_column(col, justify="right" if col != "runtime" else "left")
-        table.add_row("tlm (TVM)", fmt(model.latency_ms))
-        table.add_row("PyTorch eager", fmt(model.pytorch_ms))
-        table.add_row("ONNX Runtime", fmt(model.onnxruntime_ms))
-        Console().print(table)
-        verdict = "match" if model.matches else "MISMATCH"
-        print(f"outputs {verdict}: max abs diff {model.max_abs_diff:.3g} (tolerance {model.tolerance:.3g})")
-        if model.onnxruntime_note:
-            print(f"ONNX Runtime: {model.onnxruntime_note}")
-        print(f"artifact: {model.artifact}")
-    return 0 if model.matches else 3
-
-
-def register_cli(sub) -> None:
-    p = sub.add_parser("compile", help="build a whole model with the best records and compare it")
-    p.add_argument("source", help="a zoo workload name or a path to an .onnx file")
-    p.add_argument("--db", required=True, help="record database directory")
-    p.add_argument("-o", "--output", default=None, help="where to save the compiled library (.so)")
-    p.add_argument("--target", default=None, help="'host' (default), or a TVM target as JSON")
-    p.add_argument("--repeat", type=int, default=10, help="timed repeats (median)")
-    p.add_argument("--no-compare", action="store_true", help="skip PyTorch / ONNX Runtime timing")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_cmd_compile)

@@ -1,0 +1,293 @@
+"""The TLM tuner: `tlm tune SOURCE --tuner tlm --budget B|Kg [--model DIR]`.
+
+The language model proposes programs (constrained generation: every proposal is a valid program
+of the design space); they go through the same `Measurer` into the same `Database` as the
+baselines, with proposer "tlm", the scheduling round and the sentence stored.
+
+How the budget is spent (it is a total over the tasks: `B`, or `K x tasks` for `Kg`):
+1. every task first gets its greedy program (the model's most likely one) plus samples, up to
+   half of its even share (at least one program);
+2. the rest goes in rounds: each round ranks the tasks by weight x best latency (their share of
+   the model's time; a task without a valid program yet ranks with the slowest known latency)
+   and gives the top ones `round_size` new samples each, one measurement batch per round.
+A task whose space is exhausted (the generator returns no program that was not measured yet)
+drops out. Sentences (and traces) already in the database for the task and target are never
+measured again, and the budget counts what the database already holds with proposer "tlm", so
+re-running the same command resumes.
+
+`--budget 0` measures nothing: each task gets the greedy program, stored as an unmeasured
+record with proposer "tlm-greedy" (no latency, so `Database.best()` ignores it). `tlm compile`
+applies it to a task only when the task has no measured record.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tlm.errors import TlmError
+from tlm.measure import Candidate, plain_json
+from tlm.tasks import Task
+from tlm.tune import Tuner, TuneConfig, _seeds, _stderr_console, parse_budget
+
+PROPOSER = "tlm"
+GREEDY = "tlm-greedy"  # unmeasured greedy programs (--budget 0)
+_MAX_MISSES = 3  # proposal rounds that give only duplicates before a task drops out
+
+
+def repo_root() -> Path:
+    import tlm
+
+    return Path(tlm.__file__).resolve().parent.parent
+
+
+def default_model_dir(target) -> Path:
+    """The shipped model for a target: `pretrained/tlm-ft-KIND-ISA` (fine-tuned) if present,
+    else `pretrained/tlm-base-KIND-ISA`; a TlmError naming the missing directories otherwise."""
+    from tlm.target import resolve_target
+
+    info = resolve_target(target)
+    root = repo_root() / "pretrained"
+    names = [f"tlm-ft-{info.kind}-{info.isa}", f"tlm-base-{info.kind}-{info.isa}"]
+    for name in names:
+        if (root / name).is_dir():
+            return root / name
+    raise TlmError(f"no TLM model for {info.kind}/{info.isa}: neither {root / names[0]} nor "
+                   f"{root / names[1]} exists (train one, or pass --model DIR)")
+
+
+def greedy_records(db, task_hash: str, target_key: str) -> list:
+    """Unmeasured greedy records of a task, newest first."""
+    return list(reversed(db.records(task_hash, target_key, GREEDY)))
+
+
+def greedy_for_compile(db, task_hash: str, target_key: str):
+    """The greedy record `tlm compile` applies to a task: only when the task has no measured
+    record, and never one whose program was measured and failed."""
+    if db.best(task_hash, target_key) is not None:
+        return None
+    failed = {r.sentence for r in db.records(task_hash, target_key) if r.error and r.sentence}
+    for rec in greedy_records(db, task_hash, target_key):
+        if rec.trace_json is not None and rec.sentence not in failed:
+            return rec
+    return None
+
+
+@dataclass
+class _State:
+    """What the tuner knows of one task during a run."""
+
+    task: Task
+    share: int  # the task's even share of the budget
+    done: int  # measurements with proposer tlm (this run and earlier ones)
+    seen: set[str] = field(default_factory=set)  # sentences measured or skipped
+    traces: set[str] = field(default_factory=set)  # traces measured by any proposer
+    exhausted: bool = False
+    misses: int = 0
+
+
+class TlmTuner(Tuner):
+    """The language-model tuner over a Measurer and a Database; `run()` returns summary rows."""
+
+    def __init__(self, tasks: list[Task], db, target, config: TuneConfig, progress: bool = True,
+                 generator=None):
+        from tlm.measure import Measurer
+
+        self.tasks, self.db, self.target, self.config = tasks, db, target, config
+        self.budgets = parse_budget(config.budget, len(tasks), allow_zero=True)
+        self.total = sum(self.budgets)
+        self.progress = progress
+        self.measurer = Measurer(target, config.measure)
+        self.measured = 0
+        self._generator = generator
+        self._spaces: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ the model
+    @property
+    def generator(self):
+        if self._generator is None:
+            from tlm.generate import Generator
+
+            path = self.config.model or default_model_dir(self.target)
+            self._generator = Generator.from_dir(path, self.target)
+        return self._generator
+
+    def _schedule(self, task: Task, g):
+        """The tvm Schedule of a generated program (Generated.schedule once generation has it)."""
+        sch = getattr(g, "schedule", None)
+        if sch is not None:
+            return sch
+        from tlm.language import parse
+        from tlm.space import task_space
+
+        space = self._spaces.setdefault(task.hash, task_space(task, self.target))
+        return parse(g.sentence, task, self.target, space=space).sch
+
+    def greedy(self, task: Task):
+        """(Generated, Schedule) of the model's most likely program, or None."""
+        out = self.generator.generate(task, 1, greedy=True)
+        if not out:
+            return None
+        try:
+            return out[0], self._schedule(task, out[0])
+        except TlmError:
+            return None
+
+    # ------------------------------------------------------------------ proposals
+    def _state(self, task: Task, share: int) -> _State:
+        st = _State(task, share, self.done(task))
+        for r in self.db.records(task.hash, self.target.key):
+            if r.proposer == GREEDY:
+                continue  # unmeasured: the greedy program is still worth measuring
+            if r.sentence:
+                st.seen.add(r.sentence)
+            if r.trace_json is not None:
+                st.traces.add(json.dumps(r.trace_json))
+        return st
+
+    def _propose(self, st: _State, n: int, rnd: int, greedy: bool) -> list[Candidate]:
+        """Up to `n` new programs of a task (its greedy one first when `greedy`)."""
+        if n <= 0 or st.exhausted:
+            return []
+        gen, task = self.generator, st.task
+        got = gen.generate(task, 1, greedy=True, seen=st.seen) if greedy else []
+        seed = _seeds(self.config.seed, task, rnd, 1)[0]
+        got += gen.generate(task, n - len(got), seen=st.seen | {g.sentence for g in got}, seed=seed) if n > len(got) else []
+        if not got:
+            st.exhausted = True
+            return []
+        cands = []
+        for g in got:
+            st.seen.add(g.sentence)
+            try:
+                sch = self._schedule(task, g)
+            except TlmError:
+                continue
+            key = json.dumps(plain_json(sch.trace.as_json()))
+            if key in st.traces:  # the same program measured by another proposer
+                continue
+            st.traces.add(key)
+            cands.append(Candidate(task, schedule=sch, proposer=PROPOSER, round=rnd, sentence=g.sentence))
+        if cands:
+            st.misses = 0
+        else:
+            st.misses += 1
+            st.exhausted = st.misses >= _MAX_MISSES
+        return cands
+
+    def _score(self, st: _State, slowest: float) -> float:
+        best = self.db.best(st.task.hash, self.target.key)
+        return st.task.weight * (best.median_s if best else slowest)
+
+    # ------------------------------------------------------------------ the run
+    def run(self) -> list[dict[str, Any]]:
+        for t in self.tasks:
+            self.db.add_task(t)
+        self.db.set_meta(f"tune_config/{self.config.tuner}", self.config.to_json())
+        self.db.set_meta("target", self.target.config)
+        try:
+            if self.total == 0:
+                self._run_greedy()
+            else:
+                self._run_budget()
+        finally:
+            self.measurer.close()
+        return summarize_tlm(self.tasks, self.db, self.target)
+
+    def _run_greedy(self) -> None:
+        """--budget 0: store each task's greedy program unmeasured (what compile applies)."""
+        for task in self.tasks:
+            got = self.greedy(task)
+            if got is None:
+                continue
+            g, sch = got
+            latest = greedy_records(self.db, task.hash, self.target.key)
+            if latest and latest[0].sentence == g.sentence:
+                continue  # resumed: already stored
+            self.db.add_record(task, self.target.key, plain_json(sch.trace.as_json()), [],
+                               proposer=GREEDY, round=0, sentence=g.sentence)
+
+    def _run_budget(self) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        states = [self._state(t, b) for t, b in zip(self.tasks, self.budgets)]
+        by_hash = {st.task.hash: st for st in states}
+        left = self.total - sum(st.done for st in states)
+        if left <= 0:
+            return
+        rnd = max(self.db.last_round(t.hash, self.target.key, PROPOSER) for t in self.tasks) + 1
+        batch = max(1, self.config.batch_size)
+        with Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), TextColumn("{task.fields[status]}"),
+            disable=not self.progress, transient=False, console=_stderr_console(),
+        ) as bar:
+            job = bar.add_task("tlm", total=self.total, completed=self.total - left, status="")
+
+            def measure(cands: list[Candidate], what: str) -> int:
+                results = self.measurer.measure(cands)
+                self._commit(results)
+                for r in results:
+                    by_hash[r.candidate.task.hash].done += 1
+                errs = sum(1 for r in results if not r.ok)
+                bar.update(job, advance=len(results),
+                           status=what + (f" ({errs} errors in batch)" if errs else ""))
+                return len(results)
+
+            # 1. Every task: its greedy program plus samples, up to half its share.
+            pending: list[Candidate] = []
+            for st in states:
+                if left - len(pending) <= 0:
+                    break
+                first = max(1, st.share // 2) if st.share else 0
+                want = min(first - st.done, left - len(pending))
+                pending += self._propose(st, want, rnd, greedy=True) if want > 0 else []
+                while len(pending) >= batch:
+                    left -= measure(pending[:batch], f"round {rnd}: first programs")
+                    pending = pending[batch:]
+            if pending:
+                left -= measure(pending, f"round {rnd}: first programs")
+            rnd += 1
+            # 2. Rounds to the tasks that take the most time.
+            size = max(1, self.config.round_size)
+            while left > 0:
+                active = [st for st in states if not st.exhausted]
+                if not active:
+                    break
+                known = [b.median_s for st in states if (b := self.db.best(st.task.hash, self.target.key))]
+                slowest = max(known) if known else 1.0
+                active.sort(key=lambda st: (-self._score(st, slowest), st.done))
+                cands: list[Candidate] = []
+                quota = min(batch, left)
+                for st in active:
+                    if len(cands) >= quota:
+                        break
+                    # A task left out of the first programs (budget < tasks) starts with its greedy one.
+                    cands += self._propose(st, min(size, quota - len(cands)), rnd, greedy=st.done == 0)
+                if cands:
+                    top = active[0].task.name[:28]
+                    left -= measure(cands, f"round {rnd}: top task {top}")
+                rnd += 1
+
+
+def summarize_tlm(tasks: list[Task], db, target) -> list[dict[str, Any]]:
+    """`tune.summarize` rows (measurements of proposer tlm) plus `status`: tuned (a measured
+    record exists), greedy (only the unmeasured greedy program) or untuned."""
+    from tlm.tune import summarize
+
+    rows = summarize(tasks, db, target, PROPOSER)
+    for t, row in zip(tasks, rows):
+        row["rounds"] = db.last_round(t.hash, target.key, PROPOSER) + 1
+        if row["best_us"] is not None:
+            row["status"] = "tuned"
+        else:
+            row["status"] = "greedy" if greedy_for_compile(db, t.hash, target.key) else "untuned"
+    return rows
+
+
+def total_budget(budget: str | int, num_tasks: int) -> int:
+    """Total measurements of a budget over `num_tasks` tasks (0 for `--budget 0`)."""
+    return sum(parse_budget(budget, num_tasks, allow_zero=True))
+
