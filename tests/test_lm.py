@@ -1,4 +1,4 @@
-"""Tokenizer, model presets, safe save/load and pretraining (tiny model, a few steps)."""
+"""Tokenizer, model presets, safe save/load (tlm.lm) and pretraining (tlm.pretrain; tiny model, a few steps)."""
 
 import json
 import random
@@ -25,7 +25,7 @@ def data(tmp_path_factory, task, host):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, data, task, host):
-    from tlm.lm import PretrainConfig, pretrain
+    from tlm.pretrain import PretrainConfig, pretrain
 
     out = tmp_path_factory.mktemp("model")
     cfg = PretrainConfig(preset="tiny", steps=30, eval_every=10, save_every=10)
@@ -87,13 +87,14 @@ def test_pretrain_loss_drops_and_model_loads(trained):
     assert (out / "model.safetensors").is_file() and not list(out.glob("*.bin"))
     meta = json.loads((out / "tlm.json").read_text())
     assert meta["sentence_version"] == SENTENCE_VERSION and meta["target"] and meta["preset"] == "tiny"
+    assert meta["step"] == 30 and meta["val_loss"] == res["val_loss"] and meta["val_sentences"] == res["val"]
     assert json.loads((out / "train.json").read_text())["config"]["seed"] == 0
     lm = load_model(out)
     assert lm.model.config.vocab_size == len(lm.vocab) == res["vocab"]
 
 
 def test_pretrain_resumes(tmp_path, data):
-    from tlm.lm import PretrainConfig, pretrain
+    from tlm.pretrain import PretrainConfig, pretrain
 
     cfg = PretrainConfig(preset="tiny", steps=4, eval_every=2, save_every=2)
     first = pretrain(data, tmp_path, cfg, progress=False)
@@ -144,13 +145,27 @@ def test_corrupt_or_mismatched_model_dir(trained, tmp_path):
 def test_cli_registers():
     import argparse
 
-    from tlm import generate, lm
+    from tlm import generate, pretrain
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
-    lm.register_cli(sub)
+    pretrain.register_cli(sub)
     generate.register_cli(sub)
     a = parser.parse_args(["pretrain", "--data", "d", "--preset", "tiny", "--out", "o", "--steps", "5"])
     assert (a.preset, a.steps, a.device) == ("tiny", 5, "cpu")
     a = parser.parse_args(["generate", "resnet_18", "--model", "m", "--per-task", "3", "--out", "f", "--greedy", "--top-k", "5"])
     assert a.greedy and a.top_k == 5 and a.per_task == 3
+
+
+def test_pretraining_lives_in_its_own_module():
+    import tlm.lm
+    import tlm.pretrain
+    from tlm.cli import _STAGE_CLIS, build_parser
+
+    assert not hasattr(tlm.lm, "pretrain") and not hasattr(tlm.lm, "PretrainConfig")
+    assert not hasattr(tlm.lm, "register_cli") and "tlm.pretrain" in _STAGE_CLIS and "tlm.lm" not in _STAGE_CLIS
+    a = build_parser().parse_args(["pretrain", "--data", "d", "--out", "o", "--batch-size", "8", "--lr", "0.01",
+                                   "--source", "x", "y", "--device", "cpu", "--seed", "3"])
+    assert a.func is tlm.pretrain._cmd_pretrain and a.preset == "small"
+    assert (a.batch_size, a.lr, a.source, a.seed, a.steps, a.target) == (8, 0.01, ["x", "y"], 3, 0, None)
+    assert tlm.pretrain.PretrainConfig(preset="tiny").resolved().steps == tlm.lm.PRESETS["tiny"]["steps"]
