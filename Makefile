@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SOURCE ?= mobilenet_v2
+BUDGET ?= 1g
 
 .PHONY: setup run test test-all
 setup: $(STAMP)
@@ -15,7 +16,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 run: setup
-	$(BIN)/tlm tasks $(SOURCE)
+	$(BIN)/tlm compile $(SOURCE) --budget $(BUDGET) --progress
 
 test: setup
 	$(BIN)/python -m pytest -q

@@ -45,7 +45,7 @@ def _db_tasks(db, key: str) -> list:
 
 def split_demos(demos: list, tasks_by_hash: dict) -> tuple[list, list]:
     """Tasks sorted by kind (tlm.loop.batch_key), alternately to train and held-out."""
-    from tlm.loop import batch_key
+    from tlm.loop_state import batch_key
 
     order = sorted({d.task_hash for d in demos}, key=lambda h: batch_key(tasks_by_hash[h]))
     held = set(order[1::2])
@@ -59,7 +59,7 @@ def _geomean(xs: list[float]) -> float | None:
 
 def score(model_dir: Path, demos: list, tasks_by_hash: dict, target) -> dict:
     """Held-out log-probabilities of the demonstrations under one model."""
-    from tlm.finetune import encode_demo, value_logprobs
+    from tlm.demos import encode_demo, value_logprobs
     from tlm.generate import Generator
     from tlm.lm import load_model
 
@@ -172,9 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from tlm.database import open_db
+    from tlm.demos import demo_records
     from tlm.errors import TlmError
-    from tlm.finetune import FinetuneConfig, demo_records, finetune
-    from tlm.loop import select_tasks
+    from tlm.finetune import FinetuneConfig, finetune
+    from tlm.loop_state import select_tasks
     from tlm.measure import MeasureConfig
     from tlm.target import resolve_target
 

@@ -75,3 +75,26 @@ def test_metaschedule_json_round_trip(tmp_path, host, matmul32):
     assert best is not None and best.median_s == pytest.approx(2e-6)
     with pytest.raises(TlmError):
         other.import_json(str(tmp_path / "missing"))
+
+
+def test_aggregates(tmp_path):
+    with open_db(str(tmp_path / "db")) as db:
+        a, b = _task("00000000000000aa"), _task("00000000000000bb")
+        db.add_record(a, TARGET, [], [3e-6], proposer="tlm", round=0, sentence="s1")
+        db.add_record(a, TARGET, [], [2e-6], proposer="tlm", round=1, sentence="s2")
+        db.add_record(a, TARGET, [], [1e-9], error="WrongResult: x", proposer="tlm", round=1, sentence="s3")
+        db.add_record(a, TARGET, [], [5e-6], proposer="ms")  # no sentence
+        db.add_record(b, TARGET, [], [], error="BuildError: x", proposer="tlm", round=1, sentence="s1")
+        db.add_record(b, OTHER, [], [1e-9], proposer="tlm", round=1, sentence="o")
+        assert db.counts_by_task(TARGET) == {a.hash: 4, b.hash: 1}
+        assert db.counts_by_task(TARGET, proposer="ms") == {a.hash: 1}
+        assert db.counts_by_task('{"kind": "cuda"}') == {}
+        best = db.best_by_task(TARGET)
+        assert best.keys() == {a.hash} and best[a.hash] == pytest.approx(2e-6)  # errors never count
+        assert db.best_by_task(OTHER) == {b.hash: pytest.approx(1e-9)}
+        assert db.counts_by_round(a.hash, TARGET, "tlm") == {0: 1, 1: 2}
+        assert db.counts_by_round(b.hash, OTHER, "tlm") == {1: 1}
+        assert db.counts_by_round(a.hash, TARGET, "ms") == {0: 1}
+        assert db.sentences(a.hash, TARGET) == {"s1", "s2", "s3"}
+        assert db.sentences(b.hash, TARGET) == {"s1"} and db.sentences(b.hash, '{"kind": "cuda"}') == set()
+        assert db.count(a.hash, TARGET, "tlm") == 3 and db.count(target_key=OTHER) == 1 and db.count() == 6

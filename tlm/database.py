@@ -174,7 +174,42 @@ class Database:
 
     def count(self, task_hash: str | None = None, target_key: str | None = None,
               proposer: str | None = None) -> int:
-        return len(self.records(task_hash, target_key, proposer))
+        sql, args = "SELECT COUNT(*) FROM records WHERE 1=1", []
+        for col, val in (("task_hash", task_hash), ("target_key", target_key), ("proposer", proposer)):
+            if val is not None:
+                sql += f" AND {col} = ?"
+                args.append(val)
+        return int(self._conn.execute(sql, args).fetchone()[0])
+
+    # ------------------------------------------------------------------ aggregates (SQL, no record parsing)
+    def counts_by_task(self, target_key: str, proposer: str | None = None) -> dict[str, int]:
+        """Records per task hash for this target (optionally one proposer); tasks without any are absent."""
+        sql, args = "SELECT task_hash, COUNT(*) FROM records WHERE target_key = ?", [target_key]
+        if proposer is not None:
+            sql += " AND proposer = ?"
+            args.append(proposer)
+        return {r[0]: int(r[1]) for r in self._conn.execute(sql + " GROUP BY task_hash", args)}
+
+    def best_by_task(self, target_key: str) -> dict[str, float]:
+        """Lowest median latency per task hash among this target's correct records."""
+        rows = self._conn.execute(
+            "SELECT task_hash, MIN(median_s) FROM records WHERE target_key = ? AND error IS NULL"
+            " AND median_s IS NOT NULL GROUP BY task_hash", (target_key,))
+        return {r[0]: float(r[1]) for r in rows}
+
+    def counts_by_round(self, task_hash: str, target_key: str, proposer: str) -> dict[int, int]:
+        """Records per round of one task, target and proposer; rounds without any are absent."""
+        rows = self._conn.execute(
+            "SELECT round, COUNT(*) FROM records WHERE task_hash = ? AND target_key = ? AND proposer = ?"
+            " GROUP BY round", (task_hash, target_key, proposer))
+        return {int(r[0]): int(r[1]) for r in rows}
+
+    def sentences(self, task_hash: str, target_key: str) -> set[str]:
+        """The sentences of a task's records for this target (records without one are skipped)."""
+        rows = self._conn.execute(
+            "SELECT DISTINCT sentence FROM records WHERE task_hash = ? AND target_key = ?"
+            " AND sentence IS NOT NULL AND sentence != ''", (task_hash, target_key))
+        return {r[0] for r in rows}
 
     def best(self, task_hash: str, target_key: str) -> Record | None:
         """Fastest correct record of a task for this target (errors and other targets ignored)."""

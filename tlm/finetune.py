@@ -1,9 +1,7 @@
 """Supervised fine-tuning (paper §5.1): TLM-base + the best measured sentences -> TLM.
 
-Demonstrations are the fastest correct measured programs of each task, as tensor sentences
-(`demonstrations`). Records proposed by the language model store their sentence; records of
-other proposers (MetaSchedule, random) store only a trace, which is turned into a sentence when
-it is exactly a program of one of the task's design spaces (`trace_sentence`).
+The demonstrations (the fastest correct measured programs of each task, as tensor sentences)
+and their tokens and masks are made in tlm.demos; this module trains on them.
 
 `finetune` always starts from the base model directory (never from an earlier fine-tuned
 model, so errors do not accumulate across rounds) and trains on the demonstrations tokenized
@@ -19,7 +17,7 @@ The directory appears in one rename when complete. Deterministic given the seed 
 
 CLI: `tlm finetune --base MODEL --db DIR --out MODEL` (demonstrations of every task in the
 database), or `python -m tlm.finetune --base MODEL --demos FILE.jsonl --out MODEL` (what
-`tlm loop` runs in its fine-tuning process).
+`tlm loop` runs in its fine-tuning process, `FinetuneJob`).
 """
 
 from __future__ import annotations
@@ -29,19 +27,23 @@ import json
 import math
 import os
 import shutil
+import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tlm.demos import (Demo, _as_demos, _pad, _target_info, _token_logprobs, demo_records, demonstrations,
+                       encode_demo, read_demos, trace_sentence, value_logprobs, value_mask, write_demos)
 from tlm.errors import TlmError
+
+__all__ = ["CONFIG_FILE", "LOSSES", "Demo", "FinetuneConfig", "FinetuneJob", "FinetuneOutcome", "demo_records",
+           "demonstrations", "encode_demo", "finetune", "finetune_outcome", "model_done", "read_demos",
+           "trace_sentence", "value_logprobs", "value_mask", "write_demos", "_pad"]
 
 LOSSES = ("decisions", "sentence")
 CONFIG_FILE = "finetune.json"
-
-# Words that start a decision, and how many context words follow them before the value.
-_CONTEXT_WORDS = {"space": 1, "tile": 3, "cat": 1, "loc": 1}
 
 
 @dataclass
@@ -70,235 +72,6 @@ class FinetuneConfig:
         lr = self.lr or PRESETS.get(preset or "", PRESETS["small"])["lr"] / 10
         warmup = self.warmup if self.warmup >= 0 else steps // 10
         return FinetuneConfig(**dict(asdict(self), steps=steps, lr=lr, warmup=warmup))
-
-
-@dataclass
-class Demo:
-    """One demonstration: a sentence and where its prompt ends (words)."""
-
-    task_hash: str
-    sentence: str
-    prompt_len: int
-    task_name: str = ""
-    kind: str = ""
-    median_s: float | None = None
-    proposer: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-# ---------------------------------------------------------------- demonstrations
-
-_TRACE_CACHE: dict[tuple[str, int, str], str | None] = {}
-
-
-def trace_sentence(task, trace_json, target) -> str | None:
-    """The sentence of a measured trace, or None when it is not a program of the task's spaces.
-
-    The trace's instructions before the postprocessors must equal one design space's trace
-    instruction for instruction (so mutated annotations the language cannot express fail),
-    and its decisions must replay on that space without TVM repairing any of them.
-    """
-    from tlm.language import render
-    from tlm.measure import plain_json
-    from tlm.space import replay, task_space
-
-    try:
-        insts, decisions = trace_json[0], dict((int(i), d) for i, d in trace_json[1])
-    except (TypeError, ValueError, IndexError, KeyError):
-        return None
-    space = task_space(task, target)
-    for idx, trace in enumerate(space.traces):
-        prefix = plain_json(trace.as_json())[0]
-        if insts[: len(prefix)] != prefix:
-            continue
-        picks = []
-        for k, inst in enumerate(prefix):
-            if inst[0].startswith("Sample"):
-                if k not in decisions:
-                    return None
-                d = decisions[k]
-                picks.append(tuple(int(x) for x in d) if isinstance(d, list) else int(d))
-        prog = replay(space, idx, picks, postproc=False)
-        if prog.error or prog.sch is None:
-            continue
-        return render(prog, task, target)
-    return None
-
-
-def _target_info(target):
-    from tlm.target import resolve_target
-
-    if isinstance(target, str) and target.strip().startswith("{"):
-        return resolve_target(json.loads(target))
-    return resolve_target(target)
-
-
-def demo_records(db, tasks, target, per_task: int = 1) -> list[Demo]:
-    """The `per_task` fastest correct records of each task that have (or yield) a sentence.
-
-    `target` is a TargetInfo, a target key (the database's target column) or anything
-    `resolve_target` takes. Records are taken in order of median latency; a record without a
-    sentence is converted from its trace (`trace_sentence`) and skipped if that fails; a
-    sentence whose prompt is not this task's on this target is skipped.
-    """
-    from tlm.language import prompt_tokens
-
-    info = _target_info(target)
-    out: list[Demo] = []
-    for task in tasks:
-        prompt = prompt_tokens(task, info)
-        best = db.best(task.hash, info.key)
-        if best is None:
-            continue
-        if per_task == 1 and best.sentence:  # fast path: the common case
-            recs = [best]
-        else:
-            recs = sorted((r for r in db.records(task.hash, info.key) if r.error is None and r.median_s is not None),
-                          key=lambda r: (r.median_s, r.id))
-        got: set[str] = set()
-        for rec in recs:
-            if len(got) >= per_task:
-                break
-            sentence = rec.sentence
-            if not sentence and rec.trace_json is not None:
-                key = (db.path, rec.id, info.key)
-                if key not in _TRACE_CACHE:
-                    try:
-                        _TRACE_CACHE[key] = trace_sentence(task, rec.trace_json, info)
-                    except Exception:  # a trace TVM cannot replay is not a demonstration
-                        _TRACE_CACHE[key] = None
-                sentence = _TRACE_CACHE[key]
-            if not sentence or sentence in got or sentence.split()[: len(prompt)] != prompt:
-                continue
-            got.add(sentence)
-            out.append(Demo(task.hash, sentence, len(prompt), task.name, task.kind, rec.median_s, rec.proposer))
-    return out
-
-
-def demonstrations(db, tasks, target_key, per_task: int = 1) -> list[tuple[Any, str]]:
-    """(task, sentence) of the `per_task` best measured programs of each task (see demo_records)."""
-    by_hash = {t.hash: t for t in tasks}
-    return [(by_hash[d.task_hash], d.sentence) for d in demo_records(db, tasks, target_key, per_task)]
-
-
-def write_demos(demos: list[Demo], path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        for d in demos:
-            f.write(json.dumps(d.to_json()) + "\n")
-    os.replace(tmp, path)
-
-
-def read_demos(path: str | Path) -> list[Demo]:
-    try:
-        return [Demo(**json.loads(line)) for line in Path(path).read_text().splitlines() if line.strip()]
-    except (OSError, ValueError, TypeError) as err:
-        raise TlmError(f"unreadable demonstrations file {path}: {err}") from None
-
-
-def _as_demos(demos, target) -> list[Demo]:
-    """Demo objects from Demos or (Task, sentence) pairs (prompts computed for `target`)."""
-    from tlm.language import prompt_tokens
-
-    out: list[Demo] = []
-    info = None
-    for d in demos:
-        if isinstance(d, Demo):
-            out.append(d)
-            continue
-        task, sentence = d
-        info = info or _target_info(target)
-        prompt = prompt_tokens(task, info)
-        if sentence.split()[: len(prompt)] != prompt:
-            raise TlmError(f"demonstration of task {task.name} does not start with its prompt on {info.key}")
-        out.append(Demo(task.hash, sentence, len(prompt), task.name, task.kind))
-    return out
-
-
-# ---------------------------------------------------------------- tokens and masks
-
-def value_mask(words: list[str], prompt_len: int) -> list[bool]:
-    """Which words of a sentence are decision values (what the generator samples).
-
-    The grammar after the prompt is (context value)*: `space N` I, `tile B A E` F1..Fn,
-    `cat USE` V, `loc B` L. Values are numbers, `#k`, `inline` or `root`, never a word that
-    starts a decision, so a tile's factors run to the next such word.
-    """
-    mask = [False] * len(words)
-    i = prompt_len
-    while i < len(words):
-        word = words[i]
-        if word not in _CONTEXT_WORDS:
-            raise TlmError(f"word {i} ({word!r}) of the sentence starts no decision")
-        i += 1 + _CONTEXT_WORDS[word]
-        if i >= len(words) or words[i] in _CONTEXT_WORDS:
-            raise TlmError(f"decision {word!r} at word {i} has no value")
-        mask[i] = True
-        i += 1
-        while word == "tile" and i < len(words) and words[i] not in _CONTEXT_WORDS:
-            mask[i] = True
-            i += 1
-    return mask
-
-
-def encode_demo(vocab, demo: Demo, loss: str) -> tuple[list[int], list[int]]:
-    """(input ids, labels) of one demonstration: <bos> words <eos> as in pretraining; labels
-    are the ids (loss "sentence") or -100 except at value words (loss "decisions")."""
-    from tlm.lm import N_POSITIONS
-
-    words = demo.sentence.split()
-    ids = [vocab.bos] + vocab.encode(words[: N_POSITIONS - 2]) + [vocab.eos]
-    if loss == "sentence":
-        return ids, list(ids)
-    mask = value_mask(words, demo.prompt_len)[: N_POSITIONS - 2]
-    labels = [-100] + [i if m and i != vocab.unk else -100 for i, m in zip(ids[1:-1], mask)] + [-100]
-    return ids, labels
-
-
-def _pad(rows: list[tuple[list[int], list[int]]], pad: int, device: str):
-    import torch
-
-    width = max(len(ids) for ids, _ in rows)
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    labels = torch.full((len(rows), width), -100, dtype=torch.long)
-    attn = torch.zeros((len(rows), width), dtype=torch.long)
-    for k, (i, lab) in enumerate(rows):
-        ids[k, : len(i)] = torch.tensor(i)
-        labels[k, : len(lab)] = torch.tensor(lab)
-        attn[k, : len(i)] = 1
-    return ids.to(device), attn.to(device), labels.to(device)
-
-
-def _token_logprobs(model, ids, attn, labels):
-    """log p(label) at every labelled position (0 elsewhere) and the label mask; shifted."""
-    import torch
-
-    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
-    target = labels[:, 1:]
-    mask = target != -100
-    logp = torch.log_softmax(logits, -1).gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-    return logp * mask, mask
-
-
-def value_logprobs(lm, demos, batch_size: int = 8) -> list[float]:
-    """Per demonstration: the summed log-probability of its value words under a loaded model
-    (teacher forcing, the full vocabulary: no renormalisation over the valid choices)."""
-    import torch
-
-    demos = _as_demos(demos, lm.meta.get("target"))
-    out: list[float] = []
-    lm.model.eval()
-    with torch.no_grad():
-        for b in range(0, len(demos), batch_size):
-            rows = [encode_demo(lm.vocab, d, "decisions") for d in demos[b : b + batch_size]]
-            ids, attn, labels = _pad(rows, lm.vocab.pad, str(lm.model.device))
-            logp, _ = _token_logprobs(lm.model, ids, attn, labels)
-            out.extend(float(x) for x in logp.sum(-1))
-    return out
 
 
 # ---------------------------------------------------------------- training
@@ -395,6 +168,77 @@ def finetune(base_dir: str | Path, demos, out_dir: str | Path, config: FinetuneC
     os.replace(tmp, out_dir)
     return out_dir
 
+
+
+# ---------------------------------------------------------------- as a background process
+
+def model_done(path: str | Path) -> bool:
+    """Whether a model directory is complete (what `finetune` writes in its final rename)."""
+    path = Path(path)
+    return (path / "tlm.json").is_file() and (path / "model.safetensors").is_file()
+
+
+@dataclass
+class FinetuneOutcome:
+    """How a fine-tuning process ended: a complete model (`ok`, with the steps, final loss and
+    seconds of its finetune.json when readable in `report`), or the error (its log's last line)."""
+
+    ok: bool
+    report: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+def finetune_outcome(out_dir: str | Path, log_path: str | Path, rc: int) -> FinetuneOutcome:
+    out, log = Path(out_dir), Path(log_path)
+    if rc == 0 and model_done(out):
+        try:
+            rep = json.loads((out / CONFIG_FILE).read_text())
+            report = dict(steps=rep["config"]["steps"], final_loss=rep["final_loss"], seconds=rep["seconds"])
+        except (OSError, ValueError, KeyError):
+            report = {}
+        return FinetuneOutcome(True, report)
+    tail = log.read_text().strip().splitlines()[-1:] if log.is_file() else []
+    return FinetuneOutcome(False, error=(tail[0] if tail else f"exit status {rc}")[:300])
+
+
+class FinetuneJob:
+    """`python -m tlm.finetune --demos FILE` in a child process with `config.threads` threads,
+    its output in `log_path`; `poll` or `wait` for its outcome, `terminate` to stop it."""
+
+    def __init__(self, base: str | Path, demos_path: str | Path, out_dir: str | Path, config: FinetuneConfig,
+                 log_path: str | Path):
+        self.out_dir, self.log_path = Path(out_dir), Path(log_path)
+        c = config
+        cmd = [sys.executable, "-m", "tlm.finetune", "--base", str(base), "--demos", str(demos_path),
+               "--out", str(out_dir), "--steps", str(c.steps), "--lr", repr(c.lr), "--batch-size", str(c.batch_size),
+               "--epochs", repr(c.epochs), "--loss", c.loss, "--seed", str(c.seed), "--device", c.device,
+               "--threads", str(c.threads)]
+        root = str(Path(__file__).resolve().parents[1])
+        env = dict(os.environ, OMP_NUM_THREADS=str(max(1, c.threads)), MKL_NUM_THREADS=str(max(1, c.threads)),
+                   PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=root)
+
+    def _end(self, rc: int) -> FinetuneOutcome:
+        self._log.close()
+        return finetune_outcome(self.out_dir, self.log_path, rc)
+
+    def poll(self) -> FinetuneOutcome | None:
+        rc = self.proc.poll()
+        return None if rc is None else self._end(rc)
+
+    def wait(self) -> FinetuneOutcome:
+        return self._end(self.proc.wait())
+
+    def terminate(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
 
 # ---------------------------------------------------------------- command line
 

@@ -14,45 +14,31 @@ two-process pipeline, where demonstrations i give TLM i+2. `--no-pipeline` waits
 (quieter timings on a machine with few cores, since the fine-tuning process competes with the
 measurement for CPU).
 
-Work directory (everything needed to resume; re-running the same command continues):
-    config.json        the LoopConfig (batching fields must stay the same on a re-run)
-    tasks.json         the training tasks (with their TIR), in the order batches are dealt from
-    state.json         next round, per-round summaries, the convergence points, the fine-tuning
-                       in flight; written atomically after every step
-    db/                the record database (tlm.database)
-    demos/round-<r>.jsonl, models/round-<r>/, logs/finetune-round-<r>.log
-    convergence.csv, convergence.png
-A program is never measured twice: a round's per-task count of committed records is kept, so a
-round killed half-way measures only what it lacks, and a committed round is never redone.
-
-Convergence (paper Figure 9): total latency = sum over tasks of weight x best median latency.
-It is normalized by its value at the reference point, the first round end at which every task
-has at least one measurement; the tasks without any correct program at that point are left
-out of the sum at every later point too (so the curve only counts a fixed set of tasks and
-never rises). The loop stops when the normalized latency improved by less than `min_gain`
-(1%) over the last --patience-measurements measurements (default: k_p per task, one pass over
-all tasks), after --rounds rounds, or when the model finds no new program in k_b rounds.
+The work directory (tlm.loop_state) holds everything needed to resume. A program is never
+measured twice: a round killed half-way measures only what it lacks (per-task counts of its
+committed records), and a committed round is never redone. The loop stops when the normalized
+total latency (tlm.loop_state, paper Figure 9) improved by less than `min_gain` (1%) over the
+last --patience-measurements measurements (default: k_p per task, one pass over all tasks),
+after --rounds rounds, or when the model finds no new program in k_b rounds.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import os
-import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from tlm.errors import TlmError
+from tlm.finetune import FinetuneConfig, FinetuneJob, FinetuneOutcome, finetune_outcome, model_done
+from tlm.loop_state import (CSV_COLUMNS, STATE_VERSION, WorkDir, batch_key, converged, select_tasks, split_batches,
+                            stop_reason, write_convergence)
 from tlm.measure import MeasureConfig
 
-STATE_VERSION = 1
-# Fields that decide which programs a round measures: a re-run must not change them.
-_IDENTITY = ("base", "sources", "kb", "max_tasks", "seed")
+__all__ = ["CSV_COLUMNS", "STATE_VERSION", "LoopConfig", "batch_key", "converged", "register_cli", "run_loop",
+           "select_tasks", "split_batches", "write_convergence"]
 
 
 @dataclass
@@ -92,169 +78,6 @@ class LoopConfig:
         return cls(**data)
 
 
-# ---------------------------------------------------------------- task choice and batches
-
-def batch_key(task) -> tuple:
-    """Sort key of the batching: task kind, then the subgraph's operator words (paper §5.3)."""
-    from tlm.tasks import op_names
-
-    return (task.kind, "_".join(op_names(task.name)), task.name, task.hash)
-
-
-def select_tasks(tasks: list, max_tasks: int) -> list:
-    """At most `max_tasks` tasks, deterministically, spread across kinds: round robin over the
-    kinds (most total work first), each kind's tasks by weight x FLOPs."""
-    tasks = list(tasks)
-    if not max_tasks or len(tasks) <= max_tasks:
-        return tasks
-    by_kind: dict[str, list] = {}
-    for t in tasks:
-        by_kind.setdefault(t.kind, []).append(t)
-    for group in by_kind.values():
-        group.sort(key=lambda t: (-t.weight * t.flops, t.hash))
-    kinds = sorted(by_kind, key=lambda k: (-sum(t.weight * t.flops for t in by_kind[k]), k))
-    out: list = []
-    depth = 0
-    while len(out) < max_tasks:
-        for k in kinds:
-            if depth < len(by_kind[k]) and len(out) < max_tasks:
-                out.append(by_kind[k][depth])
-        depth += 1
-    return out
-
-
-def split_batches(tasks: list, kb: int) -> list[list]:
-    """k_b batches: tasks sorted by `batch_key`, one every k_b (no empty batch)."""
-    ordered = sorted(tasks, key=batch_key)
-    kb = max(1, min(kb, len(ordered)))
-    return [ordered[i::kb] for i in range(kb)]
-
-
-def converged(curve: list[dict[str, Any]], patience: int, min_gain: float) -> str | None:
-    """The stop reason when the last `patience` measurements gained less than `min_gain`."""
-    pts = [p for p in curve if p.get("normalized") is not None]
-    if not pts:
-        return None
-    now = pts[-1]
-    earlier = [p for p in pts if p["measurements"] <= now["measurements"] - patience]
-    if not earlier:
-        return None
-    then = earlier[-1]
-    gain = (then["normalized"] - now["normalized"]) / then["normalized"]
-    if gain < min_gain:
-        return (f"converged: {gain * 100:.2f}% gain over the last {now['measurements'] - then['measurements']} "
-                f"measurements (< {min_gain * 100:g}%)")
-    return None
-
-
-# ---------------------------------------------------------------- database queries
-
-class _Records:
-    """The few aggregate queries the loop needs; SQL on the database's connection when it has
-    one (counting via `Database.records` parses every trace), else the public API."""
-
-    def __init__(self, db, key: str):
-        self.db, self.key = db, key
-        self.conn = getattr(db, "_conn", None)
-
-    def _sql(self, sql: str, args: tuple) -> list | None:
-        if self.conn is None:
-            return None
-        try:
-            return list(self.conn.execute(sql, args))
-        except Exception:  # schema drift: fall back to the public API
-            self.conn = None
-            return None
-
-    def counts(self, hashes: list[str]) -> dict[str, int]:
-        rows = self._sql("SELECT task_hash, COUNT(*) FROM records WHERE target_key = ? GROUP BY task_hash", (self.key,))
-        if rows is None:
-            return {h: self.db.count(h, self.key) for h in hashes}
-        got = {r[0]: int(r[1]) for r in rows}
-        return {h: got.get(h, 0) for h in hashes}
-
-    def bests(self, hashes: list[str]) -> dict[str, float | None]:
-        rows = self._sql("SELECT task_hash, MIN(median_s) FROM records WHERE target_key = ? AND error IS NULL"
-                         " AND median_s IS NOT NULL GROUP BY task_hash", (self.key,))
-        if rows is None:
-            out = {}
-            for h in hashes:
-                best = self.db.best(h, self.key)
-                out[h] = best.median_s if best else None
-            return out
-        got = {r[0]: float(r[1]) for r in rows}
-        return {h: got.get(h) for h in hashes}
-
-    def in_round(self, task_hash: str, round_: int) -> int:
-        rows = self._sql("SELECT COUNT(*) FROM records WHERE task_hash = ? AND target_key = ? AND proposer = 'tlm'"
-                         " AND round = ?", (task_hash, self.key, round_))
-        if rows is None:
-            return sum(1 for r in self.db.records(task_hash, self.key, "tlm") if r.round == round_)
-        return int(rows[0][0])
-
-    def sentences(self, task_hash: str) -> set[str]:
-        rows = self._sql("SELECT sentence FROM records WHERE task_hash = ? AND target_key = ? AND sentence IS NOT NULL",
-                         (task_hash, self.key))
-        if rows is None:
-            return {r.sentence for r in self.db.records(task_hash, self.key) if r.sentence}
-        return {r[0] for r in rows}
-
-
-# ---------------------------------------------------------------- files
-
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
-
-
-CSV_COLUMNS = ("round", "batch", "model", "measurements", "tasks_measured", "tasks_with_program",
-               "total_latency_s", "normalized", "wall_s")
-
-
-def write_convergence(work: Path, curve: list[dict[str, Any]], title: str, stop: str | None = None) -> None:
-    """convergence.csv (one row per round) and convergence.png (normalized latency vs measurements)."""
-    tmp = work / "convergence.csv.tmp"
-    with open(tmp, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(CSV_COLUMNS)
-        for p in curve:
-            w.writerow(["" if p.get(c) is None else p[c] for c in CSV_COLUMNS])
-    os.replace(tmp, work / "convergence.csv")
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    pts = [p for p in curve if p.get("normalized") is not None]
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    if pts:
-        ax.plot([p["measurements"] for p in pts], [p["normalized"] for p in pts], marker="o", ms=3, lw=1.5,
-                label="TLM (demonstration data)")
-        if stop and stop.startswith("converged"):
-            ax.axvline(pts[-1]["measurements"], color="gray", ls="--", lw=1)
-            ax.annotate("gain < 1%", (pts[-1]["measurements"], pts[-1]["normalized"]), textcoords="offset points",
-                        xytext=(-60, 12), fontsize=8)
-        ax.legend(fontsize=8)
-    else:
-        ax.text(0.5, 0.5, "no reference point yet\n(not every task measured)", ha="center", va="center",
-                transform=ax.transAxes)
-    ax.set_xlabel("measurements (all tasks)")
-    ax.set_ylabel("normalized total latency")
-    ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    tmp_png = work / "convergence.tmp.png"
-    fig.savefig(tmp_png, dpi=110)
-    plt.close(fig)
-    os.replace(tmp_png, work / "convergence.png")
-
-
-def _model_done(path: Path) -> bool:
-    return (path / "tlm.json").is_file() and (path / "model.safetensors").is_file()
-
-
 # ---------------------------------------------------------------- the loop
 
 class _Loop:
@@ -276,106 +99,31 @@ class _Loop:
         if missing:
             raise TlmError(f"--base {self.base} is not a model directory (missing {', '.join(missing)})")
         self.target = resolve_target(config.target)
-        self.work.mkdir(parents=True, exist_ok=True)
-        for sub in ("models", "demos", "logs"):
-            (self.work / sub).mkdir(exist_ok=True)
-        self._check_config()
-        self.tasks = self._tasks(tasks)
-        self.by_hash = {t.hash: t for t in self.tasks}
-        self.hashes = [t.hash for t in self.tasks]
+        self.wd = WorkDir(self.work)
+        self.wd.check_config(dict(config.to_json(), target=self.target.config))
+        self.tasks = self.wd.tasks(tasks, config.max_tasks, self._load_tasks)
         self.batches = split_batches(self.tasks, config.kb)
         self.patience = config.patience_measurements or config.kp * len(self.tasks)
-        self.state = self._load_state()
+        self.state = self.wd.load_state(self.target.key)
         self.db = open_db(str(self.work / "db"))
-        self.q = _Records(self.db, self.target.key)
-        self._mark = time.perf_counter()
-        self._proc: subprocess.Popen | None = None
-        self._log = None
+        self._job: FinetuneJob | None = None
         self._measurer = measurer
         self._own_measurer = measurer is None
         self._gen: tuple[str, Any] | None = None
         self.measured_now = 0
 
-    # ------------------------------------------------------------ setup and state
-    def _check_config(self) -> None:
-        path = self.work / "config.json"
-        new = self.config.to_json()
-        new["target"] = self.target.config
-        if path.is_file():
-            try:
-                old = json.loads(path.read_text())
-            except (OSError, ValueError) as err:
-                raise TlmError(f"unreadable {path}: {err}") from None
-            for k in _IDENTITY:
-                a, b = old.get(k), new.get(k)
-                if k == "base":
-                    a, b = str(Path(a).resolve()) if a else a, str(Path(b).resolve())
-                if a != b:
-                    raise TlmError(f"{self.work} holds a loop with {k}={old.get(k)!r}, not {new.get(k)!r}: "
-                                   "use another --work (or the same settings)")
-            if old.get("target") != new["target"]:
-                raise TlmError(f"{self.work} holds a loop for another target: use another --work")
-        _write_json(path, new)
+    def _load_tasks(self) -> list:
+        if not self.config.sources:
+            raise TlmError("no tasks: give --sources (e.g. pretrain-set)")
+        from tlm.sampling import corpus_tasks
 
-    def _tasks(self, given: list | None) -> list:
-        from tlm.tasks import Task
-
-        path = self.work / "tasks.json"
-        if path.is_file():
-            try:
-                saved = [Task.from_json(t) for t in json.loads(path.read_text())]
-            except (OSError, ValueError, KeyError) as err:
-                raise TlmError(f"unreadable {path}: {err}") from None
-            if given is not None and [t.hash for t in select_tasks(given, self.config.max_tasks)] != [t.hash for t in saved]:
-                raise TlmError(f"{self.work} holds a loop over other tasks: use another --work")
-            return saved
-        if given is None:
-            if not self.config.sources:
-                raise TlmError("no tasks: give --sources (e.g. pretrain-set)")
-            from tlm.sampling import corpus_tasks
-
-            with self.console.status("loading the training tasks"):
-                given, _ = corpus_tasks(list(self.config.sources), hold_out="test", target=self.target)
-        tasks = select_tasks(given, self.config.max_tasks)
-        if not tasks:
-            raise TlmError("no training tasks")
-        _write_json(path, [t.to_json(with_mod=True) for t in tasks])
-        return tasks
-
-    def _load_state(self) -> dict[str, Any]:
-        path = self.work / "state.json"
-        if path.is_file():
-            try:
-                state = json.loads(path.read_text())
-            except (OSError, ValueError) as err:
-                raise TlmError(f"unreadable {path}: {err}") from None
-            if state.get("version") != STATE_VERSION:
-                raise TlmError(f"{path} has state version {state.get('version')}, not {STATE_VERSION}")
-            return state
-        state = {"version": STATE_VERSION, "target_key": self.target.key, "next_round": 0, "rounds": [],
-                 "curve": [], "reference": None, "finetune": None, "wall_s": 0.0, "stopped": None}
-        _write_json(path, state)
-        return state
-
-    def _save(self) -> None:
-        now = time.perf_counter()
-        self.state["wall_s"] = self.state.get("wall_s", 0.0) + (now - self._mark)
-        self._mark = now
-        _write_json(self.work / "state.json", self.state)
-
-    def _wall(self) -> float:
-        return self.state.get("wall_s", 0.0) + (time.perf_counter() - self._mark)
+        with self.console.status("loading the training tasks"):
+            return corpus_tasks(list(self.config.sources), hold_out="test", target=self.target)[0]
 
     # ------------------------------------------------------------ models
-    def _model_dir(self, r: int) -> Path:
-        return self.work / "models" / f"round-{r}"
-
     def _newest_model(self, before: int) -> Path:
         self._poll_finetune()
-        for k in range(before - 1, -1, -1):
-            if _model_done(self._model_dir(k)):
-                return self._model_dir(k)
-        return self.base
+        return self.wd.newest_model(before) or self.base
 
     def _generator(self, model: Path):
         from tlm.generate import Generator
@@ -389,68 +137,53 @@ class _Loop:
 
     # ------------------------------------------------------------ fine-tuning process
     def _launch_finetune(self, r: int) -> None:
-        from tlm.finetune import demo_records, write_demos
+        from tlm.demos import demo_records, write_demos
 
         self._wait_finetune()
         demos = demo_records(self.db, self.tasks, self.target, self.config.per_task_demos)
         if not demos:
             self.state["finetune"] = {"round": r, "status": "skipped", "demonstrations": 0}
-            self._save()
+            self.wd.save()
             self.console.print(f"  round {r}: no demonstrations yet, no fine-tuning")
             return
         demos_path = self.work / "demos" / f"round-{r}.jsonl"
         write_demos(demos, demos_path)
-        out = self._model_dir(r)
+        out = self.wd.model_dir(r)
         c = self.config
-        cmd = [sys.executable, "-m", "tlm.finetune", "--base", str(self.base), "--demos", str(demos_path),
-               "--out", str(out), "--steps", str(c.ft_steps), "--lr", repr(c.ft_lr), "--batch-size", str(c.ft_batch_size),
-               "--epochs", repr(c.ft_epochs), "--loss", c.ft_loss, "--seed", str(c.seed + r), "--device", c.device,
-               "--threads", str(c.ft_threads)]
-        root = str(Path(__file__).resolve().parents[1])
-        env = dict(os.environ, OMP_NUM_THREADS=str(max(1, c.ft_threads)), MKL_NUM_THREADS=str(max(1, c.ft_threads)),
-                   PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+        ft = FinetuneConfig(steps=c.ft_steps, lr=c.ft_lr, batch_size=c.ft_batch_size, epochs=c.ft_epochs,
+                            loss=c.ft_loss, seed=c.seed + r, device=c.device, threads=c.ft_threads)
         log_path = self.work / "logs" / f"finetune-round-{r}.log"
-        self._log = open(log_path, "w")
-        self._proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=root)
+        self._job = FinetuneJob(self.base, demos_path, out, ft, log_path)
         self.state["finetune"] = {"round": r, "status": "running", "demonstrations": len(demos),
-                                  "out": str(out), "log": str(log_path), "started_wall_s": round(self._wall(), 3)}
-        self._save()
+                                  "out": str(out), "log": str(log_path), "started_wall_s": round(self.wd.wall(), 3)}
+        self.wd.save()
         mode = "in the background" if c.pipeline else "now"
         self.console.print(f"  fine-tuning the base on {len(demos)} demonstrations into {out.name} {mode}")
         if not c.pipeline:
             self._wait_finetune()
 
-    def _finish_finetune(self, rc: int) -> None:
+    def _finish_finetune(self, outcome: FinetuneOutcome) -> None:
         ft = self.state["finetune"]
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        self._proc = None
-        out = Path(ft["out"])
-        if rc == 0 and _model_done(out):
+        self._job = None
+        if outcome.ok:
             ft["status"] = "done"
-            try:
-                rep = json.loads((out / "finetune.json").read_text())
-                ft.update(steps=rep["config"]["steps"], final_loss=rep["final_loss"], seconds=rep["seconds"])
-            except (OSError, ValueError, KeyError):
-                pass
+            ft.update(outcome.report)
         else:
             ft["status"] = "failed"
-            tail = Path(ft["log"]).read_text().strip().splitlines()[-1:] if Path(ft["log"]).is_file() else []
-            ft["error"] = (tail[0] if tail else f"exit status {rc}")[:300]
+            ft["error"] = outcome.error
             self.console.print(f"  [red]fine-tuning of round {ft['round']} failed[/red]: {ft['error']} "
                                f"(see {ft['log']}); the previous model stays in use")
-        self._save()
+        self.wd.save()
 
     def _poll_finetune(self) -> None:
-        if self._proc is not None and (rc := self._proc.poll()) is not None:
-            self._finish_finetune(rc)
+        if self._job is not None and (outcome := self._job.poll()) is not None:
+            self._finish_finetune(outcome)
 
     def _wait_finetune(self) -> None:
-        if self._proc is not None:
+        if self._job is not None:
             with self.console.status(f"waiting for the fine-tuning of round {self.state['finetune']['round']}"):
-                rc = self._proc.wait()
-            self._finish_finetune(rc)
+                outcome = self._job.wait()
+            self._finish_finetune(outcome)
 
     def _resume_finetune(self) -> None:
         """Relaunch the fine-tuning of the last committed round if a previous run did not finish it."""
@@ -460,8 +193,8 @@ class _Loop:
         ft = self.state.get("finetune")
         if ft and ft["round"] == last and ft["status"] != "running":
             return
-        if ft and ft["round"] == last and _model_done(Path(ft["out"])):
-            self._finish_finetune(0)
+        if ft and ft["round"] == last and model_done(Path(ft["out"])):
+            self._finish_finetune(finetune_outcome(ft["out"], ft["log"], 0))
             return
         self.console.print(f"  resuming the fine-tuning of round {last}")
         self._launch_finetune(last)
@@ -482,7 +215,7 @@ class _Loop:
         from tlm.space import task_space
 
         seed = zlib.crc32(f"{self.config.seed}/{r}/{task.hash}/{have}".encode())
-        progs = gen.generate(task, need, seen=self.q.sentences(task.hash), seed=seed,
+        progs = gen.generate(task, need, seen=self.db.sentences(task.hash, self.target.key), seed=seed,
                              temperature=self.config.temperature, top_k=self.config.top_k)
         cands, bad = [], 0
         for g in progs:
@@ -504,8 +237,8 @@ class _Loop:
         model = self._newest_model(r)
         gen = self._generator(model)
         kp = self.config.kp
-        todo = [(t, self.q.in_round(t.hash, r)) for t in batch]
-        start_wall = self._wall()
+        todo = [(t, self.db.counts_by_round(t.hash, self.target.key, "tlm").get(r, 0)) for t in batch]
+        start_wall = self.wd.wall()
         new = errors = gen_fail = 0
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TextColumn("{task.fields[status]}"), console=self.console, disable=not self.progress,
@@ -532,13 +265,11 @@ class _Loop:
                     self.measured_now += len(results)
                 self._poll_finetune()
                 bar.update(job, advance=need)
-        point = self._point(r, b, model)
-        self.state["rounds"] = [x for x in self.state["rounds"] if x["round"] != r] + [{
+        point = self.wd.point(r, b, self._label(model), self.tasks, self.db.counts_by_task(self.target.key),
+                              self.db.best_by_task(self.target.key))
+        self.wd.commit_round({
             "round": r, "batch": b, "tasks": len(batch), "model": self._label(model), "measured": new,
-            "errors": errors, "generation_failures": gen_fail, "seconds": round(self._wall() - start_wall, 3)}]
-        self.state["curve"] = [p for p in self.state["curve"] if p["round"] != r] + [point]
-        self.state["next_round"] = r + 1
-        self._save()  # the round is committed
+            "errors": errors, "generation_failures": gen_fail, "seconds": round(self.wd.wall() - start_wall, 3)}, point)
         write_convergence(self.work, self.state["curve"], self._title())
         norm = f"{point['normalized']:.4f}" if point["normalized"] is not None else "n/a (not every task measured yet)"
         self.console.print(
@@ -547,44 +278,11 @@ class _Loop:
             f"total latency {point['total_latency_s'] * 1e3:.3f} ms over {point['tasks_with_program']} tasks; "
             f"normalized {norm}")
 
-    def _point(self, r: int, b: int, model: Path) -> dict[str, Any]:
-        counts = self.q.counts(self.hashes)
-        bests = self.q.bests(self.hashes)
-        weight = {t.hash: t.weight for t in self.tasks}
-        if self.state["reference"] is None and all(counts[h] > 0 for h in self.hashes):
-            covered = [h for h in self.hashes if bests[h] is not None]
-            total = sum(weight[h] * bests[h] for h in covered)
-            if covered and total > 0:
-                self.state["reference"] = {"round": r, "measurements": sum(counts.values()), "tasks": covered,
-                                           "total_latency_s": total}
-        ref = self.state["reference"]
-        normalized = None
-        if ref is not None:
-            normalized = sum(weight[h] * bests[h] for h in ref["tasks"] if bests.get(h) is not None) / ref["total_latency_s"]
-        return {"round": r, "batch": b, "model": self._label(model), "measurements": sum(counts.values()),
-                "tasks_measured": sum(1 for h in self.hashes if counts[h] > 0),
-                "tasks_with_program": sum(1 for h in self.hashes if bests[h] is not None),
-                "total_latency_s": sum(weight[h] * bests[h] for h in self.hashes if bests[h] is not None),
-                "normalized": normalized, "wall_s": round(self._wall(), 3)}
-
     def _title(self) -> str:
         c = self.config
         return f"tlm loop: {len(self.tasks)} tasks, k_b={len(self.batches)}, k_p={c.kp}, {self.target.cpu}"
 
     # ------------------------------------------------------------ driver
-    def _stop_reason(self) -> str | None:
-        c = self.config
-        if c.rounds and self.state["next_round"] >= c.rounds:
-            return f"reached {c.rounds} rounds"
-        reason = converged(self.state["curve"], self.patience, c.min_gain)
-        if reason:
-            return reason
-        recent = sorted(self.state["rounds"], key=lambda x: x["round"])[-len(self.batches):]
-        if len(recent) == len(self.batches) and self.state["next_round"] >= len(self.batches) \
-                and all(x["measured"] == 0 for x in recent):
-            return f"no new programs in the last {len(self.batches)} rounds"
-        return None
-
     def run(self) -> dict[str, Any]:
         c = self.config
         kinds = sorted({t.kind for t in self.tasks})
@@ -597,13 +295,13 @@ class _Loop:
             self.console.print(f"  resuming at round {self.state['next_round']}")
         self._resume_finetune()
         self.state["stopped"] = None
-        while (reason := self._stop_reason()) is None:
+        while (reason := stop_reason(self.state, c.rounds, self.patience, c.min_gain, len(self.batches))) is None:
             r = self.state["next_round"]
             self._round(r)
             self._launch_finetune(r)
         self._wait_finetune()
         self.state["stopped"] = reason
-        self._save()
+        self.wd.save()
         write_convergence(self.work, self.state["curve"], self._title(), reason)
         last = self.state["curve"][-1] if self.state["curve"] else {}
         model = self._newest_model(self.state["next_round"] + 1)
@@ -616,15 +314,8 @@ class _Loop:
                 "wall_s": round(self.state["wall_s"], 3)}
 
     def close(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:  # interrupted: a re-run relaunches it
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        if self._log is not None:
-            self._log.close()
+        if self._job is not None:  # interrupted: a re-run relaunches it
+            self._job.terminate()
         if self._measurer is not None and self._own_measurer:
             self._measurer.close()
         self.db.close()

@@ -1,0 +1,154 @@
+"""TLM against MetaSchedule at equal measurement counts on one workload, in one run.
+
+    python bench/compare.py mobilenet_v2 --run tlm-1g=DB1:tlm --run tlm-4g=DB2:tlm \
+        --run ms-4g=DB3:metaschedule [--out bench/results] [--rounds 5]
+
+Each `--run LABEL=DB:PROPOSER` names a record database and the proposer whose records count
+(tlm, metaschedule, random). Two figures per run:
+- the task-level estimate: sum over the workload's tasks of weight x best measured latency
+  (tasks with no correct record count at the run's best-known default: they are listed);
+- the real end-to-end latency of the whole model compiled from that database (tlm compile's
+  build, output checked against PyTorch), timed interleaved with the other runs, PyTorch eager
+  and ONNX Runtime: `--rounds` rounds, each times every contender once, medians reported.
+Writes OUT/compare-SOURCE.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def task_figures(tasks, db_dir: str, proposer: str, target) -> dict:
+    from tlm.database import open_db
+
+    db = open_db(db_dir, create=False)
+    try:
+        rows, total, missing = [], 0.0, []
+        measured = 0
+        for t in tasks:
+            recs = [r for r in db.records(t.hash, target.key, proposer) if r.latencies_s or r.error]
+            measured += len(recs)
+            ok = [r.median_s for r in recs if r.median_s is not None and not r.error]
+            best = min(ok) if ok else None
+            rows.append({"task": t.name, "weight": t.weight, "measured": len(recs),
+                         "best_us": best * 1e6 if best else None})
+            if best is None:
+                missing.append(t.name)
+            else:
+                total += t.weight * best
+        return {"measurements": measured, "weighted_us": total * 1e6, "missing": missing, "tasks": rows}
+    finally:
+        db.close()
+
+
+def _time_once(fn, min_ms: float = 200.0) -> float:
+    n, t0 = 0, time.perf_counter()
+    while True:
+        fn()
+        n += 1
+        el = time.perf_counter() - t0
+        if el * 1e3 >= min_ms:
+            return el * 1e3 / n
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("source")
+    ap.add_argument("--run", action="append", required=True, help="LABEL=DB_DIR:PROPOSER")
+    ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from tlm.compiler import CompileConfig, compile_imported
+    from tlm.graph import import_source, tasks_for_source
+    from tlm.target import host_target
+
+    target = host_target()
+    threads = target.cores
+    torch.set_num_threads(threads)
+    ts = tasks_for_source(args.source, target=target)
+    imported = import_source(args.source)
+    runs = []
+    for spec in args.run:
+        label, rest = spec.split("=", 1)
+        db_dir, proposer = rest.rsplit(":", 1)
+        fig = task_figures(ts.tasks, db_dir, proposer, target)
+        model = compile_imported(imported, db_dir, target=target, tasks=ts.tasks,
+                                 config=CompileConfig(repeat=3, min_repeat_ms=50, compare=False))
+        runs.append({"label": label, "db": db_dir, "proposer": proposer, **fig,
+                     "matches": model.matches, "max_abs_diff": model.max_abs_diff, "_model": model})
+        print(f"{label}: {fig['measurements']} measurements, task estimate {fig['weighted_us'] / 1e3:.2f} ms, "
+              f"output matches: {model.matches}", flush=True)
+
+    inputs = imported.inputs
+    contenders = {r["label"]: (lambda m=r["_model"]: m(*inputs)) for r in runs}
+    if imported.torch_module is not None:
+        mod, ex = imported.torch_module.eval(), imported.example_inputs
+
+        def run_torch():
+            with torch.no_grad():
+                mod(*ex)
+        contenders["pytorch"] = run_torch
+    try:
+        import onnxruntime as ort
+
+        path = imported.onnx_path
+        if path is None and imported.torch_module is not None:
+            path = os.path.join(tempfile.mkdtemp(prefix="tlm-compare-"), "model.onnx")
+            with torch.no_grad():
+                torch.onnx.export(imported.torch_module, tuple(imported.example_inputs), path, dynamo=False)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        feeds = {i.name: x for i, x in zip(sess.get_inputs(), inputs)}
+        contenders["onnxruntime"] = lambda: sess.run(None, feeds)
+    except Exception as err:  # noqa: BLE001 - a missing ORT figure is reported, not fatal
+        print(f"onnxruntime skipped: {err}", file=sys.stderr)
+
+    for fn in contenders.values():
+        fn()  # warm-up
+    times: dict[str, list[float]] = {k: [] for k in contenders}
+    for _ in range(args.rounds):
+        for k, fn in contenders.items():  # interleaved: every contender once per round
+            times[k].append(_time_once(fn))
+    e2e = {k: statistics.median(v) for k, v in times.items()}
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for r in runs:
+        r.pop("_model")
+        r["e2e_ms"] = e2e[r["label"]]
+    report = {"source": args.source, "target": target.config, "threads": threads, "rounds": args.rounds,
+              "runs": runs, "e2e_ms": e2e, "e2e_all_ms": times,
+              "created": time.strftime("%Y-%m-%d %H:%M:%S")}
+    (out / f"compare-{args.source}.json").write_text(json.dumps(report, indent=1))
+    lines = [f"# {args.source}: TLM vs MetaSchedule at equal measurement counts ({target.cpu}, {threads} threads)",
+             "", f"Run {report['created']}; end-to-end: median of {args.rounds} interleaved rounds; "
+             "every compiled model's output checked against PyTorch.", "",
+             "| run | proposer | measurements | task estimate (ms) | tasks w/o correct record | e2e (ms) | output ok |",
+             "|---|---|---|---|---|---|---|"]
+    for r in runs:
+        lines.append(f"| {r['label']} | {r['proposer']} | {r['measurements']} | {r['weighted_us'] / 1e3:.2f} | "
+                     f"{len(r['missing'])} | {r['e2e_ms']:.2f} | {r['matches']} |")
+    for k in ("pytorch", "onnxruntime"):
+        if k in e2e:
+            lines.append(f"| {k} | - | - | - | - | {e2e[k]:.2f} | reference |")
+    (out / f"compare-{args.source}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
