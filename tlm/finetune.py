@@ -53,7 +53,7 @@ class FinetuneConfig:
     steps: int = 0  # 0: `epochs` passes over the demonstrations (at least 20 steps, at most 2000)
     lr: float = 0.0  # 0: a tenth of the base preset's pretraining learning rate
     batch_size: int = 16
-    loss: str = "decisions"  # "decisions" | "sentence"
+    loss: str = "sentence"  # or "decisions"; sentence won on held-out tasks (bench/results/sft_loss.md)
     seed: int = 0
     device: str = "cpu"
     epochs: float = 3.0  # only when steps == 0
@@ -277,7 +277,7 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--demos", default=None, help="demonstrations as JSON lines (tlm.finetune.write_demos)")
     p.add_argument("--per-task", type=int, default=1, help="demonstrations per task (with --db)")
     p.add_argument("--target", default=None, help="target of the records (with --db; default host)")
-    p.add_argument("--loss", default="decisions", choices=LOSSES)
+    p.add_argument("--loss", default="sentence", choices=LOSSES)
     p.add_argument("--steps", type=int, default=0, help="0: --epochs passes over the demonstrations")
     p.add_argument("--epochs", type=float, default=3.0)
     p.add_argument("--lr", type=float, default=0.0, help="0: a tenth of the base preset's")

@@ -56,7 +56,7 @@ class LoopConfig:
     ft_lr: float = 0.0
     ft_batch_size: int = 16
     ft_epochs: float = 3.0
-    ft_loss: str = "decisions"
+    ft_loss: str = "sentence"  # bench/results/sft_loss.md
     ft_threads: int = 1
     per_task_demos: int = 1
     pipeline: bool = True
@@ -376,7 +376,7 @@ def register_cli(sub) -> None:
     p.add_argument("--ft-steps", type=int, default=0, help="fine-tuning steps (0: 3 epochs of demonstrations)")
     p.add_argument("--ft-lr", type=float, default=0.0, help="0: a tenth of the base preset's")
     p.add_argument("--ft-batch-size", type=int, default=16)
-    p.add_argument("--ft-loss", default="decisions", choices=["decisions", "sentence"])
+    p.add_argument("--ft-loss", default="sentence", choices=["decisions", "sentence"])
     p.add_argument("--per-task-demos", type=int, default=1, help="demonstrations per task")
     p.add_argument("--no-pipeline", dest="pipeline", action="store_false",
                    help="wait for each fine-tuning instead of measuring meanwhile")
