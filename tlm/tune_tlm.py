@@ -38,9 +38,7 @@ _MAX_MISSES = 3  # proposal rounds that give only duplicates before a task drops
 
 
 def repo_root() -> Path:
-    import tlm
-
-    return Path(tlm.__file__).resolve().parent.parent
+    return Path(__file__).resolve().parent.parent
 
 
 def default_model_dir(target) -> Path:
