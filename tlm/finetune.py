@@ -93,6 +93,7 @@ def finetune(base_dir: str | Path, demos, out_dir: str | Path, config: FinetuneC
     import torch
 
     from tlm.lm import load_model, save_model
+    from tlm.pretrain import optimizer_step
 
     base_dir, out_dir = Path(base_dir), Path(out_dir)
     cfg0 = config or FinetuneConfig()
@@ -139,13 +140,7 @@ def finetune(base_dir: str | Path, demos, out_dir: str | Path, config: FinetuneC
             if n == 0:
                 continue
             loss = -logp.sum() / n
-            for group in opt.param_groups:
-                group["lr"] = cfg.lr * _lr_factor(step, cfg)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            last = loss.item()
+            last = optimizer_step(model, opt, loss, cfg.lr * _lr_factor(step, cfg))
             first = last if first is None else first
             if step % max(1, cfg.steps // 20) == 0 or step == cfg.steps - 1:
                 history.append({"step": step + 1, "loss": last})

@@ -156,6 +156,20 @@ def _progress(state: dict[str, Any], val: list[str]) -> dict[str, Any]:
             "val_sentences": len(val)}
 
 
+
+def optimizer_step(model, opt, loss, lr: float) -> float:
+    """One AdamW step at learning rate `lr` with gradients clipped to norm 1; the loss value."""
+    import torch
+
+    for group in opt.param_groups:
+        group["lr"] = lr
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss.item()
+
+
 def pretrain(data: str | Path | list[str], out: str | Path, config: PretrainConfig | None = None, *,
              tasks=None, target=None, progress: bool = True) -> dict[str, Any]:
     """Pretrain a model on sampled sentences (a sampling directory or a list of sentences).
@@ -241,13 +255,8 @@ def pretrain(data: str | Path | list[str], out: str | Path, config: PretrainConf
             torch.manual_seed(cfg.seed * 7919 + step)  # dropout
             ids, mask, labels = _batch(vocab, batch, cfg.device)
             loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-            for group in opt.param_groups:  # warmup then cosine decay: a pure function of the step
-                group["lr"] = cfg.lr * _lr_factor(step, cfg)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            last_loss = loss.item()
+            # warmup then cosine decay: a pure function of the step
+            last_loss = optimizer_step(model, opt, loss, cfg.lr * _lr_factor(step, cfg))
             first_loss = last_loss if first_loss is None else first_loss
             state["step"] = step + 1
             bar.update(job, completed=state["step"], info=f"loss {last_loss:.3f}")
