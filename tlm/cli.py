@@ -12,7 +12,8 @@ import warnings
 from tlm.errors import TlmError
 
 # Stage modules that add their own sub-commands through `register_cli(subparsers)`.
-_STAGE_CLIS = ("tlm.sampling", "tlm.pretrain", "tlm.generate", "tlm.tune", "tlm.compile_job", "tlm.finetune", "tlm.loop")
+_STAGE_CLIS = ("tlm.sampling", "tlm.pretrain", "tlm.generate", "tlm.tune", "tlm.compile_job", "tlm.finetune", "tlm.loop",
+               "tlm.evaluate")
 
 
 def _print_json(data) -> None:

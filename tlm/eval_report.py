@@ -1,0 +1,366 @@
+"""Tables and report of `tlm eval`: the CSVs from the record databases and step outputs
+(write_tables), then OUT/summary.md (the paper's tables) and PNG figures from the CSVs.
+
+Reads OUT/{config.json, peak.json, subgraph.csv, e2e.csv, cost.csv, efficiency.csv,
+generator.csv}; any of them may be missing (a partial run), its section then says so.
+Figures: e2e-WORKLOAD.png (end-to-end latency per method), subgraph.png (best latency after k
+measurements, normalised per task to MetaSchedule's large budget), efficiency.png.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+# ---------------------------------------------------------------------- reading records
+def best_after_k(db, task_hash: str, target_key: str, proposer: str, ks: list[int]) -> dict[int, float | None]:
+    """Best correct latency (s) among the first k records of a proposer, in measurement order."""
+    lat = [r.median_s if r.error is None else None for r in db.records(task_hash, target_key, proposer)]
+    out: dict[int, float | None] = {}
+    for k in ks:
+        ok = [x for x in lat[:k] if x is not None]
+        out[k] = min(ok) if ok else None
+    return out
+
+
+def k_to_reach(db, task_hash: str, target_key: str, proposer: str, goal_s: float | None) -> int | None:
+    """The number of measurements after which the proposer's best is <= goal_s (None: never)."""
+    if goal_s is None:
+        return None
+    for i, r in enumerate(db.records(task_hash, target_key, proposer), 1):
+        if r.error is None and r.median_s is not None and r.median_s <= goal_s * (1 + 1e-9):
+            return i
+    return None
+
+
+def representatives(tasks_by_workload: dict[str, list]) -> list[tuple[str, Any]]:
+    """(workload, task) per task type: the largest weight x flops over the workloads."""
+    best: dict[str, tuple[str, Any]] = {}
+    for w, tasks in tasks_by_workload.items():
+        for t in tasks:
+            if t.kind not in best or t.weight * t.flops > best[t.kind][1].weight * best[t.kind][1].flops:
+                best[t.kind] = (w, t)
+    return sorted(best.values(), key=lambda wt: -wt[1].weight * wt[1].flops)
+
+
+def write_csv(path: str, rows: list[dict[str, Any]]) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    with open(path + ".tmp", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
+    os.replace(path + ".tmp", path)
+
+
+
+# ---------------------------------------------------------------------- tables
+def write_tables(cfg, tasks_by_workload: dict[str, list], target_key: str) -> None:
+    """subgraph.csv, e2e.csv, cost.csv and efficiency.csv from what the steps left on disk."""
+    from tlm.database import open_db
+    from tlm.evaluate import COMPUTE_KINDS, db_dir, log_path, per_task, slug
+
+    out, ks, ms_k = cfg.out, cfg.subgraph_ks, per_task(cfg.ms_budget)
+
+    def opened(path):
+        return open_db(path, create=False) if os.path.isfile(os.path.join(path, "records.sqlite")) else None
+
+    sub_rows = []
+    tlm_db = opened(db_dir(cfg, "subgraph", "tlm"))
+    for w, t in representatives(tasks_by_workload):
+        base = {"kind": t.kind, "task": t.name, "workload": w, "weight": t.weight, "flops": t.flops}
+        ms_db = opened(db_dir(cfg, w, "metaschedule"))
+        ms = best_after_k(ms_db, t.hash, target_key, "metaschedule", ks + [ms_k]) if ms_db else {}
+        tl = best_after_k(tlm_db, t.hash, target_key, "tlm", ks) if tlm_db else {}
+        reach = k_to_reach(tlm_db, t.hash, target_key, "tlm", ms.get(ms_k)) if tlm_db else None
+        for k in ks:
+            for method, got in (("tlm", tl), ("metaschedule", ms)):
+                v = got.get(k)
+                sub_rows.append({**base, "method": method, "k": k, "best_us": None if v is None else v * 1e6})
+        v = ms.get(ms_k)
+        sub_rows.append({**base, "method": "metaschedule-large", "k": ms_k,
+                         "best_us": None if v is None else v * 1e6, "tlm_k_to_reach": reach})
+        if ms_db:
+            ms_db.close()
+    if tlm_db:
+        tlm_db.close()
+    write_csv(os.path.join(out, "subgraph.csv"), sub_rows)
+
+    e2e_rows, cost_rows, eff_rows = [], [], []
+    peak = json.loads(Path(out, "peak.json").read_text())["gflops"] if Path(out, "peak.json").is_file() else None
+    for w in cfg.workloads:
+        p = Path(out, "e2e", slug(w) + ".json")
+        e2e = {r["method"]: r for r in json.loads(p.read_text())["rows"]} if p.is_file() else {}
+        e2e_rows += list(e2e.values())
+        ms_label = f"metaschedule@{cfg.ms_budget}"
+        goal = (e2e.get(ms_label) or {}).get("e2e_ms")
+        methods = [("metaschedule", cfg.ms_budget)] + [("tlm", b) for b in cfg.tlm_budgets]
+        tlm_s, first = 0.0, True
+        for method, b in methods:
+            logp = log_path(cfg, f"tune:{w}:{method}@{b}")
+            log = json.loads(Path(logp).read_text()) if os.path.isfile(logp) else {}
+            wall = log.get("wall_s")
+            if method == "tlm" and wall is not None:
+                tlm_s += wall
+                wall = tlm_s  # TLM budgets continue each other: cumulative
+            lat = (e2e.get(f"{method}@{b}") or {}).get("e2e_ms")
+            reaches = method == "tlm" and lat is not None and goal is not None and lat <= goal
+            cost_rows.append({"workload": w, "method": method, "budget": b,
+                              "measurements": log.get("total_measurements"), "tune_wall_s": wall,
+                              "compile_s": (e2e.get(f"{method}@{b}") or {}).get("compile_s"), "e2e_ms": lat,
+                              "reaches_ms_large": reaches, "first_to_reach": reaches and first})
+            first = first and not reaches
+        for method, name in (("metaschedule", "metaschedule"), ("tlm", f"tlm@{cfg.tlm_budgets[-1]}")):
+            db = opened(db_dir(cfg, w, name))
+            if db is None:
+                continue
+            best = db.best_by_task(target_key)
+            db.close()
+            for t in tasks_by_workload.get(w, []):
+                if t.kind in COMPUTE_KINDS and t.hash in best and t.flops:
+                    g = t.flops / best[t.hash] / 1e9
+                    eff_rows.append({"workload": w, "task": t.name, "kind": t.kind, "weight": t.weight,
+                                     "flops": t.flops, "method": method, "best_us": best[t.hash] * 1e6,
+                                     "gflops": g, "peak_gflops": peak,
+                                     "fraction_of_peak": g / peak if peak else None})
+    write_csv(os.path.join(out, "e2e.csv"), e2e_rows)
+    write_csv(os.path.join(out, "cost.csv"), cost_rows)
+    write_csv(os.path.join(out, "efficiency.csv"), eff_rows)
+
+
+
+
+# ---------------------------------------------------------------------- the report
+def read_csv(path: Path) -> list[dict[str, str]]:
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def num(v) -> float | None:
+    try:
+        return None if v in (None, "", "None") else float(v)
+    except ValueError:
+        return None
+
+
+def fmt(v, digits: int = 2) -> str:
+    x = num(v)
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
+        "| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+
+
+def subgraph_speedups(rows: list[dict[str, str]]) -> list[dict[str, object]]:
+    """Per k: summed best latency of MetaSchedule after k (and at its large budget) over TLM
+    after k, over the tasks where both have a correct program."""
+    by = {(r["task"], r["method"], int(r["k"])): num(r["best_us"]) for r in rows}
+    tasks = sorted({r["task"] for r in rows})
+    large = {r["task"]: num(r["best_us"]) for r in rows if r["method"] == "metaschedule-large"}
+    ks = sorted({int(r["k"]) for r in rows if r["method"] == "tlm"})
+    out = []
+    for k in ks:
+        both = [t for t in tasks if by.get((t, "tlm", k)) and by.get((t, "metaschedule", k))]
+        vs_large = [t for t in tasks if by.get((t, "tlm", k)) and large.get(t)]
+        tlm_sum = sum(by[(t, "tlm", k)] for t in both)
+        out.append({
+            "k": k, "tasks": len(both),
+            "speedup_vs_ms_k": sum(by[(t, "metaschedule", k)] for t in both) / tlm_sum if tlm_sum else None,
+            "speedup_vs_ms_large": (sum(large[t] for t in vs_large) / sum(by[(t, "tlm", k)] for t in vs_large)
+                                    if vs_large else None),
+        })
+    return out
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_e2e(out: Path, rows: list[dict[str, str]]) -> list[str]:
+    plt, made = _plt(), []
+    for w in sorted({r["workload"] for r in rows}):
+        mine = [r for r in rows if r["workload"] == w and num(r.get("e2e_ms"))]
+        if not mine:
+            continue
+        fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(mine), 3.2))
+        colors = ["tab:orange" if r["method"].startswith("tlm") else "tab:blue"
+                  if r["method"].startswith("metaschedule") else "tab:gray" for r in mine]
+        ax.bar([r["method"] for r in mine], [num(r["e2e_ms"]) for r in mine], color=colors)
+        ax.set_ylabel("end-to-end latency (ms)")
+        ax.set_title(w)
+        ax.tick_params(axis="x", rotation=35, labelsize=8)
+        fig.tight_layout()
+        name = f"e2e-{w}.png"
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        made.append(name)
+    return made
+
+
+def plot_subgraph(out: Path, rows: list[dict[str, str]]) -> list[str]:
+    large = {r["task"]: num(r["best_us"]) for r in rows if r["method"] == "metaschedule-large"}
+    tasks = [t for t in dict.fromkeys(r["task"] for r in rows) if large.get(t)]
+    if not tasks:
+        return []
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    kinds = {r["task"]: r["kind"] for r in rows}
+    for i, t in enumerate(tasks):
+        for method, style in (("tlm", "-o"), ("metaschedule", "--x")):
+            pts = sorted((int(r["k"]), num(r["best_us"]) / large[t]) for r in rows
+                         if r["task"] == t and r["method"] == method and num(r["best_us"]))
+            if pts:
+                ax.plot(*zip(*pts), style, color=f"C{i % 10}", label=f"{kinds[t]} ({method})")
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("measurements k")
+    ax.set_ylabel("best latency / MetaSchedule large")
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(out / "subgraph.png", dpi=110)
+    plt.close(fig)
+    return ["subgraph.png"]
+
+
+def plot_efficiency(out: Path, rows: list[dict[str, str]]) -> list[str]:
+    pts = [(num(r["flops"]), num(r["fraction_of_peak"]), r["method"]) for r in rows if num(r.get("fraction_of_peak"))]
+    if not pts:
+        return []
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    for method, c in (("metaschedule", "tab:blue"), ("tlm", "tab:orange")):
+        mine = [(f, e) for f, e, m in pts if m == method]
+        if mine:
+            ax.scatter(*zip(*mine), s=12, color=c, label=method)
+    ax.set_xscale("log")
+    ax.set_xlabel("task FLOPs")
+    ax.set_ylabel("fraction of FP32 peak")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "efficiency.png", dpi=110)
+    plt.close(fig)
+    return ["efficiency.png"]
+
+
+def write_report(out_dir: str) -> str:
+    """Write OUT/summary.md and the PNGs; returns the summary's path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = json.loads((out / "config.json").read_text()) if (out / "config.json").is_file() else {}
+    peak = json.loads((out / "peak.json").read_text()) if (out / "peak.json").is_file() else None
+    sub, e2e = read_csv(out / "subgraph.csv"), read_csv(out / "e2e.csv")
+    cost, eff, gen = read_csv(out / "cost.csv"), read_csv(out / "efficiency.csv"), read_csv(out / "generator.csv")
+    lines = [f"# tlm evaluation ({cfg.get('suite', '?')} suite)", ""]
+    if cfg:
+        lines += [f"Workloads: {', '.join(cfg.get('workloads', []))}. MetaSchedule budget {cfg.get('ms_budget')}; "
+                  f"TLM budgets {', '.join(map(str, cfg.get('tlm_budgets', [])))}; end-to-end: median of "
+                  f"{cfg.get('rounds')} interleaved rounds.", ""]
+    if peak:
+        lines += [f"Machine FP32 peak (torch.mm {peak['n']}^3, {peak['threads']} threads): "
+                  f"{peak['gflops']:.1f} GFLOPS ({peak.get('cpu', '')}).", ""]
+
+    lines += ["## 1. Subgraph benchmark", ""]
+    if sub:
+        ks = sorted({int(r["k"]) for r in sub if r["method"] == "tlm"})
+        large = next((r["k"] for r in sub if r["method"] == "metaschedule-large"), "?")
+        header = ["type", "task", "workload"] + [f"TLM@{k}" for k in ks] + [f"MS@{k}" for k in ks] + [
+            f"MS@{large} (large)", "TLM k to reach MS large"]
+        by = {(r["task"], r["method"], int(r["k"])): r for r in sub}
+        body = []
+        for t in dict.fromkeys(r["task"] for r in sub):
+            r0 = next(r for r in sub if r["task"] == t)
+            lg = next((r for r in sub if r["task"] == t and r["method"] == "metaschedule-large"), {})
+            body.append([r0["kind"], t, r0["workload"]]
+                        + [fmt((by.get((t, "tlm", k)) or {}).get("best_us"), 1) for k in ks]
+                        + [fmt((by.get((t, "metaschedule", k)) or {}).get("best_us"), 1) for k in ks]
+                        + [fmt(lg.get("best_us"), 1), lg.get("tlm_k_to_reach") or f">{max(ks)}"])
+        lines += ["Best latency (us) after k measurements, one representative task per type.", ""]
+        lines += table(header, body) + ["", "Overall speedup of TLM (summed best latencies):", ""]
+        lines += table(["k", "tasks", "MS@k / TLM@k", f"MS@{large} / TLM@k"],
+                       [[s["k"], s["tasks"], fmt(s["speedup_vs_ms_k"]), fmt(s["speedup_vs_ms_large"])]
+                        for s in subgraph_speedups(sub)])
+    else:
+        lines += ["(no subgraph results yet)"]
+
+    lines += ["", "## 2. End-to-end latency (ms, measured)", ""]
+    if e2e:
+        methods = list(dict.fromkeys(r["method"] for r in e2e))
+        by = {(r["workload"], r["method"]): r for r in e2e}
+        body = []
+        for w in dict.fromkeys(r["workload"] for r in e2e):
+            body.append([w] + [fmt((by.get((w, m)) or {}).get("e2e_ms")) + (
+                " (!)" if (by.get((w, m)) or {}).get("matches") == "False" else "") for m in methods])
+        lines += table(["workload"] + methods, body)
+        lines += ["", "(!) the compiled model's output did not match PyTorch."]
+    else:
+        lines += ["(no end-to-end results yet)"]
+
+    lines += ["", "## 3. Compilation cost", ""]
+    if cost:
+        lines += table(["workload", "method", "budget", "measurements", "tuning wall s", "e2e ms", "reaches MS large"],
+                       [[r["workload"], r["method"], r["budget"], r["measurements"] or "-", fmt(r["tune_wall_s"], 0),
+                         fmt(r["e2e_ms"]), "first" if r.get("first_to_reach") == "True" else
+                         ("yes" if r["reaches_ms_large"] == "True" else "")] for r in cost])
+        for w in dict.fromkeys(r["workload"] for r in cost):
+            hit = next((r for r in cost if r["workload"] == w and r.get("first_to_reach") == "True"), None)
+            ms = next((r for r in cost if r["workload"] == w and r["method"] == "metaschedule"), {})
+            lines.append("")
+            lines.append(f"- {w}: " + (f"TLM reaches MetaSchedule's {ms.get('budget')} latency at {hit['budget']} "
+                                       f"({hit['measurements']} vs {ms.get('measurements')} measurements)" if hit
+                                       else "TLM does not reach MetaSchedule's large-budget latency in this run"))
+    else:
+        lines += ["(no cost results yet)"]
+
+    lines += ["", "## 4. Efficiency of compute-bound tasks", ""]
+    if eff:
+        body = []
+        for w in dict.fromkeys(r["workload"] for r in eff):
+            for m in ("metaschedule", "tlm"):
+                mine = [r for r in eff if r["workload"] == w and r["method"] == m]
+                if mine:
+                    fl = sum(num(r["flops"]) * num(r["weight"]) for r in mine)
+                    s = sum(num(r["best_us"]) * num(r["weight"]) for r in mine) / 1e6
+                    gf = fl / s / 1e9
+                    best = max(num(r["gflops"]) for r in mine)
+                    pk = num(mine[0].get("peak_gflops"))
+                    body.append([w, m, len(mine), f"{gf:.1f}", f"{best:.1f}",
+                                 f"{100 * gf / pk:.0f}%" if pk else "-"])
+        lines += table(["workload", "method", "tasks", "weighted GFLOPS", "best task GFLOPS", "of peak"], body)
+    else:
+        lines += ["(no efficiency results yet)"]
+
+    lines += ["", "## 5. Generator cost", ""]
+    if gen:
+        lines += table(["task", "type", "mode", "valid", "model passes", "passes/program", "ms/program"],
+                       [[r["task"], r["kind"], r["mode"], r["valid"], r["model_passes"],
+                         fmt(r["passes_per_program"], 1), fmt(r["ms_per_program"], 1)] for r in gen])
+    else:
+        lines += ["(no generator results yet)"]
+
+    figs = plot_e2e(out, e2e) + plot_subgraph(out, sub) + plot_efficiency(out, eff)
+    if figs:
+        lines += ["", "## Figures", ""] + [f"![{f}]({f})" for f in figs]
+    path = out / "summary.md"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(write_report(sys.argv[1] if len(sys.argv) > 1 else "results"))
