@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tlm.errors import TlmError
+from tlm.errors import TlmError, read_json
 
 STATE_VERSION = 1
 # Fields that decide which programs a round measures: a re-run must not change them.
@@ -183,10 +183,7 @@ class WorkDir:
         """Refuse a config whose batching fields or target differ from the saved one; save it."""
         path = self.path / "config.json"
         if path.is_file():
-            try:
-                old = json.loads(path.read_text())
-            except (OSError, ValueError) as err:
-                raise TlmError(f"unreadable {path}: {err}") from None
+            old = read_json(path)
             for k in _IDENTITY:
                 a, b = old.get(k), config.get(k)
                 if k == "base":
@@ -205,9 +202,9 @@ class WorkDir:
         path = self.path / "tasks.json"
         if path.is_file():
             try:
-                saved = [Task.from_json(t) for t in json.loads(path.read_text())]
-            except (OSError, ValueError, KeyError) as err:
-                raise TlmError(f"unreadable {path}: {err}") from None
+                saved = [Task.from_json(t) for t in read_json(path)]
+            except KeyError as err:
+                raise TlmError(f"unreadable {path}: missing {err}") from None
             if given is not None and [t.hash for t in select_tasks(given, max_tasks)] != [t.hash for t in saved]:
                 raise TlmError(f"{self.path} holds a loop over other tasks: use another --work")
             return saved
@@ -220,10 +217,7 @@ class WorkDir:
     def load_state(self, target_key: str) -> dict[str, Any]:
         path = self.path / "state.json"
         if path.is_file():
-            try:
-                state = json.loads(path.read_text())
-            except (OSError, ValueError) as err:
-                raise TlmError(f"unreadable {path}: {err}") from None
+            state = read_json(path)
             if state.get("version") != STATE_VERSION:
                 raise TlmError(f"{path} has state version {state.get('version')}, not {STATE_VERSION}")
         else:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tlm.errors import TlmError
+from tlm.errors import TlmError, read_json
 from tlm.target import TargetInfo
 from tlm.tasks import Task
 
@@ -119,10 +119,7 @@ def _load_manifest(out: Path, target: TargetInfo) -> dict[str, Any]:
     path = out / MANIFEST
     if not path.exists():
         return fresh
-    try:
-        manifest = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise TlmError(f"unreadable manifest {path}: {err}") from None
+    manifest = read_json(path, "manifest")
     if manifest.get("version") != SENTENCE_VERSION:
         raise TlmError(f"{out} holds sentence version {manifest.get('version')}, not {SENTENCE_VERSION}: use another --out")
     if manifest.get("target_id") != target_id(target):
