@@ -24,19 +24,21 @@ def fake_task(name, kind, weight=1, flops=1e6, h=None):
 
 
 def test_quick_and_full_plans(tmp_path):
-    quick = EvalConfig.for_suite("quick", str(tmp_path))
-    assert quick.workloads == ["mobilenet_v2", "bert_tiny"]
+    quick, std = EvalConfig.for_suite("quick", str(tmp_path)), EvalConfig.for_suite("standard", str(tmp_path))
+    assert set(quick.workloads) < set(std.workloads) and len(std.workloads) == 4
+    assert all(getattr(quick, k) == getattr(std, k) for k in ("ms_budget", "tlm_budgets", "subgraph_ks", "seed"))
+    quick.workloads = ["mobilenet_v2", "bert_tiny"]
     assert (quick.ms_budget, quick.tlm_budgets, quick.subgraph_ks) == ("16g", ["0", "1g", "10g"], [1, 10])
     steps = build_plan(quick, {"mobilenet_v2": 52, "bert_tiny": 10}, num_types=7)
     ids = [s.id for s in steps]
-    assert ids[0] == "peak" and ids[-2:] == ["subgraph", "generator"]
+    assert ids[0] == "peak" and ids[-2:] == ["subgraph:mobilenet_v2+bert_tiny", "generator"]
     assert ids[1:6] == ["tune:mobilenet_v2:metaschedule@16g", "tune:mobilenet_v2:tlm@0",
                         "tune:mobilenet_v2:tlm@1g", "tune:mobilenet_v2:tlm@10g", "e2e:mobilenet_v2"]
     est = {s.id: s.measurements for s in steps}
     assert est["tune:mobilenet_v2:metaschedule@16g"] == 52 * 16
     assert est["tune:mobilenet_v2:tlm@0"] == 0
     assert est["tune:mobilenet_v2:tlm@1g"] == 52 and est["tune:mobilenet_v2:tlm@10g"] == 52 * 9  # incremental
-    assert est["subgraph"] == 7 * 10
+    assert est["subgraph:mobilenet_v2+bert_tiny"] == 7 * 10
     by = {s.id: s for s in steps}
     assert by["tune:mobilenet_v2:tlm@10g"].deps == ["tune:mobilenet_v2:tlm@1g"]
     assert set(by["e2e:bert_tiny"].deps) == {"tune:bert_tiny:metaschedule@16g", "tune:bert_tiny:tlm@0",
@@ -74,7 +76,7 @@ def test_resume_skips_steps_whose_outputs_exist(tmp_path):
     status = run_plan(steps, lambda st: fake_runner(st, "tune:mobilenet_v2:tlm@1g"), log=lambda *_: None)
     assert status["tune:mobilenet_v2:tlm@1g"] == "failed"
     assert status["tune:mobilenet_v2:tlm@10g"] == "blocked" and status["e2e:mobilenet_v2"] == "blocked"
-    assert status["subgraph"] == "done"  # independent steps still run
+    assert status["subgraph:mobilenet_v2"] == "done"  # independent steps still run
     first = list(ran)
     ran.clear()
     status = run_plan(build_plan(cfg), fake_runner, log=lambda *_: None)
@@ -184,6 +186,6 @@ def test_cli_dry_run(tmp_path, capsys):
     code = main(["eval", "--suite", "quick", "--out", str(tmp_path / "r"), "--dry-run"])
     out = capsys.readouterr().out
     assert code == 0
-    assert "tune:mobilenet_v2:metaschedule@16g" in out and "e2e:bert_tiny" in out
+    assert "tune:dcgan:metaschedule@16g" in out and "e2e:bert_tiny" in out
     assert "estimated measurements" in out
     assert not (tmp_path / "r").exists()  # nothing run, nothing written
