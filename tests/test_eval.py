@@ -13,7 +13,7 @@ import pytest
 
 from tlm.database import open_db
 from tlm.errors import TlmError
-from tlm.eval_report import best_after_k, k_to_reach, representatives, subgraph_speedups, write_report
+from tlm.eval_report import best_after_k, k_to_reach, representatives, speedup_matrix, subgraph_speedups, write_report
 from tlm.evaluate import EvalConfig, build_plan, describe_plan, evaluate, run_plan, snapshot
 from tlm.tasks import Task
 
@@ -165,12 +165,19 @@ def test_report_from_synthetic_csvs(tmp_path):
     speed = {s["k"]: s for s in subgraph_speedups(list(csv.DictReader(open(tmp_path / "subgraph.csv"))))}
     assert speed[1]["speedup_vs_ms_k"] == pytest.approx(86 / 55)
     assert speed[10]["speedup_vs_ms_large"] == pytest.approx((29 + 4) / 24)
+    header, body, n = speedup_matrix(list(csv.DictReader(open(tmp_path / "subgraph.csv"))))
+    assert n == 2 and header == ["MetaSchedule@1", "MetaSchedule@10", "MetaSchedule@16", "TLM@10"]
+    rows = dict(body)
+    assert list(rows) == ["TLM@1", "TLM@10", "MetaSchedule@16"]
+    assert rows["TLM@1"][0] == pytest.approx(86 / 55) and rows["TLM@10"][3] == pytest.approx(1.0)
+    assert rows["MetaSchedule@16"][2] == pytest.approx(1.0) and rows["TLM@10"][2] == pytest.approx(33 / 24)
 
     text = open(write_report(str(tmp_path))).read()
     for heading in ("Subgraph benchmark", "End-to-end", "Compilation cost", "Efficiency", "Generator cost"):
         assert heading in text
     assert "TLM reaches MetaSchedule's 16g latency at 1g (52 vs 832 measurements)" in text
     assert "| mobilenet_v2 | 4.00 | 6.00 | 3.90 | 5.00 | 3.00 |" in text
+    assert "| TLM@1 | 1.56 |" in text
     for png in ("e2e-mobilenet_v2.png", "subgraph.png", "efficiency.png"):
         assert (tmp_path / png).stat().st_size > 1000
 
@@ -189,3 +196,49 @@ def test_cli_dry_run(tmp_path, capsys):
     assert "tune:dcgan:metaschedule@16g" in out and "e2e:bert_tiny" in out
     assert "estimated measurements" in out
     assert not (tmp_path / "r").exists()  # nothing run, nothing written
+
+
+def test_write_tables_from_databases_and_step_outputs(tmp_path):
+    """write_tables on hand-made record databases, step logs and an e2e file (no measurement)."""
+    from tlm.eval_report import write_tables
+    from tlm.evaluate import db_dir, log_path
+
+    cfg = EvalConfig.for_suite("quick", str(tmp_path), workloads=["w1"])
+    conv, sm = fake_task("fused_conv2d", "conv2d", weight=2, flops=2e6), fake_task("fused_softmax", "softmax")
+    with open_db(db_dir(cfg, "w1", "metaschedule")) as ms:
+        for x in [5e-3, 4e-3] + [3e-3] * 8 + [1e-3] + [2e-3] * 5:  # 16 records: best 3e-3 after 10, 1e-3 after 16
+            ms.add_record(conv, "key", [], [x], proposer="metaschedule")
+        ms.add_record(sm, "key", [], [1e-5], proposer="metaschedule")
+    with open_db(db_dir(cfg, "subgraph", "tlm")) as tl:
+        for x in [4e-3, 2e-3, 0.9e-3]:
+            tl.add_record(conv, "key", [], [x], proposer="tlm")
+    with open_db(db_dir(cfg, "w1", "tlm@10g")) as snap:
+        snap.add_record(conv, "key", [], [2.5e-3], proposer="tlm")
+    json.dump({"gflops": 100.0}, open(tmp_path / "peak.json", "w"))
+    os.makedirs(tmp_path / "e2e")
+    json.dump({"rows": [{"workload": "w1", "method": m, "e2e_ms": v, "matches": True, "compile_s": 1.0}
+                        for m, v in (("metaschedule@16g", 4.0), ("tlm@0", 6.0), ("tlm@1g", 3.9), ("tlm@10g", 3.5))]},
+              open(tmp_path / "e2e" / "w1.json", "w"))
+    for sid, wall, n in (("tune:w1:metaschedule@16g", 100.0, 17), ("tune:w1:tlm@0", 5.0, 0),
+                         ("tune:w1:tlm@1g", 10.0, 2), ("tune:w1:tlm@10g", 20.0, 20)):
+        os.makedirs(os.path.dirname(log_path(cfg, sid)), exist_ok=True)
+        json.dump({"wall_s": wall, "total_measurements": n}, open(log_path(cfg, sid), "w"))
+
+    write_tables(cfg, {"w1": [conv, sm]}, "key")
+    sub = {(r["task"], r["method"], r["k"]): r for r in csv.DictReader(open(tmp_path / "subgraph.csv"))}
+    assert float(sub[("fused_conv2d", "tlm", "1")]["best_us"]) == pytest.approx(4000)
+    assert float(sub[("fused_conv2d", "tlm", "10")]["best_us"]) == pytest.approx(900)
+    assert float(sub[("fused_conv2d", "metaschedule", "10")]["best_us"]) == pytest.approx(3000)
+    large = sub[("fused_conv2d", "metaschedule-large", "16")]
+    assert float(large["best_us"]) == pytest.approx(1000) and large["tlm_k_to_reach"] == "3"
+    assert sub[("fused_softmax", "tlm", "1")]["best_us"] == ""  # no TLM record: empty, not an error
+    cost = {(r["method"], r["budget"]): r for r in csv.DictReader(open(tmp_path / "cost.csv"))}
+    assert cost[("tlm", "0")]["first_to_reach"] == "False" and cost[("tlm", "1g")]["first_to_reach"] == "True"
+    assert cost[("tlm", "10g")]["reaches_ms_large"] == "True" and cost[("tlm", "10g")]["first_to_reach"] == "False"
+    assert float(cost[("tlm", "1g")]["tune_wall_s"]) == pytest.approx(15.0)  # TLM budgets are cumulative
+    assert cost[("metaschedule", "16g")]["measurements"] == "17"
+    eff = {r["method"]: r for r in csv.DictReader(open(tmp_path / "efficiency.csv"))}
+    assert set(eff) == {"metaschedule", "tlm"}  # softmax is not compute-bound: left out
+    assert float(eff["tlm"]["gflops"]) == pytest.approx(2e6 / 2.5e-3 / 1e9)
+    assert float(eff["metaschedule"]["fraction_of_peak"]) == pytest.approx(2e6 / 1e-3 / 1e9 / 100)
+    assert len(list(csv.DictReader(open(tmp_path / "e2e.csv")))) == 4

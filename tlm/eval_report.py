@@ -182,6 +182,29 @@ def subgraph_speedups(rows: list[dict[str, str]]) -> list[dict[str, object]]:
     return out
 
 
+def speedup_matrix(rows: list[dict[str, str]]) -> tuple[list[str], list[tuple[str, list[float | None]]], int]:
+    """The paper's Table 3 layout: entry = sum over tasks of column best / row best, rows TLM@k and
+    MS@large, columns MS@k, MS@large and TLM@max k; only tasks with a latency in every cell."""
+    by = {(r["task"], r["method"], int(r["k"])): num(r["best_us"]) for r in rows}
+    ks = sorted({int(r["k"]) for r in rows if r["method"] == "tlm"})
+    lk = next((int(r["k"]) for r in rows if r["method"] == "metaschedule-large"), None)
+    if not ks or lk is None:
+        return [], [], 0
+    cells = ([("TLM", "tlm", k) for k in ks] + [("MetaSchedule", "metaschedule-large", lk)],
+             [("MetaSchedule", "metaschedule", k) for k in ks if k < lk]
+             + [("MetaSchedule", "metaschedule-large", lk), ("TLM", "tlm", ks[-1])])
+    tasks = [t for t in dict.fromkeys(r["task"] for r in rows)
+             if all(by.get((t, m, k)) for _, m, k in cells[0] + cells[1])]
+
+    def total(m, k):
+        return sum(by[(t, m, k)] for t in tasks)
+
+    header = [f"{n}@{k}" for n, _, k in cells[1]]
+    body = [(f"{n}@{k}", [total(cm, ck) / total(m, k) if tasks else None for _, cm, ck in cells[1]])
+            for n, m, k in cells[0]]
+    return header, body, len(tasks)
+
+
 def _plt():
     import matplotlib
 
@@ -294,6 +317,11 @@ def write_report(out_dir: str) -> str:
         lines += table(["k", "tasks", "MS@k / TLM@k", f"MS@{large} / TLM@k"],
                        [[s["k"], s["tasks"], fmt(s["speedup_vs_ms_k"]), fmt(s["speedup_vs_ms_large"])]
                         for s in subgraph_speedups(sub)])
+        header, body, n = speedup_matrix(sub)
+        if body:
+            lines += ["", f"The paper's Table 3 layout ({n} tasks with a program in every cell): the summed best "
+                      "latency of the column's method over the row's; above 1, the row's method is faster.", ""]
+            lines += table(["row / column"] + header, [[name] + [fmt(v) for v in vals] for name, vals in body])
     else:
         lines += ["(no subgraph results yet)"]
 
