@@ -178,6 +178,7 @@ def test_report_from_synthetic_csvs(tmp_path):
     assert "TLM reaches MetaSchedule's 16g latency at 1g (52 vs 832 measurements)" in text
     assert "| mobilenet_v2 | 4.00 | 6.00 | 3.90 | 5.00 | 3.00 |" in text
     assert "| TLM@1 | 1.56 |" in text
+    assert "| mobilenet_v2 | 4.00 (832, 15.0 min) | 3.90 (52, 1.3 min) | 1.03x | 5.00 | 3.00 |" in text
     for png in ("e2e-mobilenet_v2.png", "subgraph.png", "efficiency.png"):
         assert (tmp_path / png).stat().st_size > 1000
 

@@ -280,6 +280,30 @@ def plot_efficiency(out: Path, rows: list[dict[str, str]]) -> list[str]:
     return ["efficiency.png"]
 
 
+def headline(e2e: list[dict[str, str]], cost: list[dict[str, str]]) -> list[str]:
+    """The README's table: per workload, MetaSchedule's budget against TLM's largest, measured
+    end to end in the same interleaved run, with measurements and tuning wall time."""
+    by = {(r["workload"], r["method"]): r for r in e2e}
+    body = []
+    for w in dict.fromkeys(r["workload"] for r in cost):
+        mine = [r for r in cost if r["workload"] == w]
+        ms = next((r for r in mine if r["method"] == "metaschedule"), None)
+        tl = [r for r in mine if r["method"] == "tlm"]
+        if not ms or not tl or not num(ms["e2e_ms"]) or not num(tl[-1]["e2e_ms"]):
+            continue
+        tl = tl[-1]
+        ref = {m: num((by.get((w, m)) or {}).get("e2e_ms")) for m in ("pytorch", "onnxruntime")}
+        body.append([w, f"{num(ms['e2e_ms']):.2f} ({ms['measurements']}, {fmt(num(ms['tune_wall_s']) / 60, 1)} min)",
+                     f"{num(tl['e2e_ms']):.2f} ({tl['measurements']}, {fmt(num(tl['tune_wall_s']) / 60, 1)} min)",
+                     f"{num(ms['e2e_ms']) / num(tl['e2e_ms']):.2f}x", fmt(ref["pytorch"]), fmt(ref["onnxruntime"])])
+    if not body:
+        return []
+    ms_b = next(r["budget"] for r in cost if r["method"] == "metaschedule")
+    tl_b = [r["budget"] for r in cost if r["method"] == "tlm"][-1]
+    return table(["workload", f"MetaSchedule {ms_b}: ms (measurements, tuning)",
+                  f"TLM {tl_b}: ms (measurements, tuning)", "TLM speedup", "PyTorch ms", "ONNX Runtime ms"], body)
+
+
 def write_report(out_dir: str) -> str:
     """Write OUT/summary.md and the PNGs; returns the summary's path."""
     out = Path(out_dir)
@@ -297,6 +321,8 @@ def write_report(out_dir: str) -> str:
         lines += [f"Machine FP32 peak (torch.mm {peak['n']}^3, {peak['threads']} threads): "
                   f"{peak['gflops']:.1f} GFLOPS ({peak.get('cpu', '')}).", ""]
 
+    if head := headline(e2e, cost):
+        lines += ["## Headline: end-to-end latency, measured in one interleaved run per workload", ""] + head + [""]
     lines += ["## 1. Subgraph benchmark", ""]
     if sub:
         ks = sorted({int(r["k"]) for r in sub if r["method"] == "tlm"})
