@@ -5,8 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SOURCE ?= mobilenet_v2
 BUDGET ?= 1g
+SUITE ?= quick
 
-.PHONY: setup run test test-all
+.PHONY: setup run test test-all eval
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
@@ -17,6 +18,10 @@ $(STAMP): pyproject.toml constraints.txt
 
 run: setup
 	$(BIN)/tlm compile $(SOURCE) --budget $(BUDGET) --progress
+
+# The evaluation (issue 7): resumable, results/summary.md + CSVs + PNGs. SUITE=quick|standard|full
+eval: setup
+	$(BIN)/tlm eval --suite $(SUITE) --out results
 
 test: setup
 	$(BIN)/python -m pytest -q
