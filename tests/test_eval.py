@@ -25,7 +25,7 @@ def fake_task(name, kind, weight=1, flops=1e6, h=None):
 
 def test_quick_and_full_plans(tmp_path):
     quick, std = EvalConfig.for_suite("quick", str(tmp_path)), EvalConfig.for_suite("standard", str(tmp_path))
-    assert set(quick.workloads) < set(std.workloads) and len(std.workloads) == 4
+    assert set(quick.workloads) < set(std.workloads) and len(std.workloads) == 5
     assert all(getattr(quick, k) == getattr(std, k) for k in ("ms_budget", "tlm_budgets", "subgraph_ks", "seed"))
     quick.workloads = ["mobilenet_v2", "bert_tiny"]
     assert (quick.ms_budget, quick.tlm_budgets, quick.subgraph_ks) == ("16g", ["0", "1g", "10g"], [1, 10])

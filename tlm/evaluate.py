@@ -31,7 +31,7 @@ SUITES = {
     # quick (< 1 h here) is a subset of standard with the same budgets: both can share one --out.
     "quick": dict(workloads=["dcgan", "bert_tiny"], ms_budget="16g",
                   tlm_budgets=["0", "1g", "10g"], subgraph_ks=[1, 10]),
-    "standard": dict(workloads=["dcgan", "bert_tiny", "bert_base", "gpt2"], ms_budget="16g",
+    "standard": dict(workloads=["dcgan", "bert_tiny", "bert_base", "gpt2", "resnet_50"], ms_budget="16g",
                      tlm_budgets=["0", "1g", "10g"], subgraph_ks=[1, 10]),
     "full": dict(workloads=["mobilenet_v2", "resnet_50", "bert_tiny", "bert_base", "dcgan", "resnext_50"],
                  ms_budget="64g", tlm_budgets=["0", "1g", "10g", "32g"], subgraph_ks=[1, 10, 32, 64]),
