@@ -33,6 +33,9 @@ SUITES = {
                   tlm_budgets=["0", "1g", "10g"], subgraph_ks=[1, 10]),
     "standard": dict(workloads=["dcgan", "bert_tiny", "bert_base", "gpt2", "resnet_50"], ms_budget="16g",
                      tlm_budgets=["0", "1g", "10g"], subgraph_ks=[1, 10]),
+    # MetaSchedule at the large budget (64g) on one transformer, in its own --out.
+    "large": dict(workloads=["bert_base"], ms_budget="64g", tlm_budgets=["0", "1g", "10g"],
+                  subgraph_ks=[1, 10]),
     "full": dict(workloads=["mobilenet_v2", "resnet_50", "bert_tiny", "bert_base", "dcgan", "resnext_50"],
                  ms_budget="64g", tlm_budgets=["0", "1g", "10g", "32g"], subgraph_ks=[1, 10, 32, 64]),
 }
