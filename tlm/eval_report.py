@@ -251,7 +251,7 @@ def write_report(out_dir: str) -> str:
         ks = sorted({int(r["k"]) for r in sub if r["method"] == "tlm"})
         large = next((r["k"] for r in sub if r["method"] == "metaschedule-large"), "?")
         header = ["type", "task", "workload"] + [f"TLM@{k}" for k in ks] + [f"MS@{k}" for k in ks] + [
-            f"MS@{large} (large)", "TLM k to reach MS large"]
+            f"MS@{large} (whole budget)", "TLM k to reach MS large"]
         by = {(r["task"], r["method"], int(r["k"])): r for r in sub}
         body = []
         for t in dict.fromkeys(r["task"] for r in sub):
