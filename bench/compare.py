@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -50,16 +48,6 @@ def task_figures(tasks, db_dir: str, proposer: str, target) -> dict:
         db.close()
 
 
-def _time_once(fn, min_ms: float = 200.0) -> float:
-    n, t0 = 0, time.perf_counter()
-    while True:
-        fn()
-        n += 1
-        el = time.perf_counter() - t0
-        if el * 1e3 >= min_ms:
-            return el * 1e3 / n
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("source")
@@ -70,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from tlm.compiler import CompileConfig, compile_imported
+    from tlm.compiler import CompileConfig, compile_imported, onnxruntime_runner
+    from tlm.evaluate import interleaved
     from tlm.graph import import_source, tasks_for_source
     from tlm.target import host_target
 
@@ -95,34 +84,16 @@ def main(argv: list[str] | None = None) -> int:
     contenders = {r["label"]: (lambda m=r["_model"]: m(*inputs)) for r in runs}
     if imported.torch_module is not None:
         mod, ex = imported.torch_module.eval(), imported.example_inputs
-
-        def run_torch():
-            with torch.no_grad():
-                mod(*ex)
-        contenders["pytorch"] = run_torch
+        contenders["pytorch"] = lambda: mod(*ex)
     try:
-        import onnxruntime as ort
-
-        path = imported.onnx_path
-        if path is None and imported.torch_module is not None:
-            path = os.path.join(tempfile.mkdtemp(prefix="tlm-compare-"), "model.onnx")
-            with torch.no_grad():
-                torch.onnx.export(imported.torch_module, tuple(imported.example_inputs), path, dynamo=False)
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        so.inter_op_num_threads = 1
-        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-        feeds = {i.name: x for i, x in zip(sess.get_inputs(), inputs)}
-        contenders["onnxruntime"] = lambda: sess.run(None, feeds)
+        ort, note = onnxruntime_runner(imported, threads)
     except Exception as err:  # noqa: BLE001 - a missing ORT figure is reported, not fatal
-        print(f"onnxruntime skipped: {err}", file=sys.stderr)
-
-    for fn in contenders.values():
-        fn()  # warm-up
-    times: dict[str, list[float]] = {k: [] for k in contenders}
-    for _ in range(args.rounds):
-        for k, fn in contenders.items():  # interleaved: every contender once per round
-            times[k].append(_time_once(fn))
+        ort, note = None, str(err)
+    if ort is None:
+        print(f"onnxruntime skipped: {note}", file=sys.stderr)
+    else:
+        contenders["onnxruntime"] = ort
+    times = interleaved(contenders, args.rounds)  # every contender once per round, under no_grad
     e2e = {k: statistics.median(v) for k, v in times.items()}
 
     out = Path(args.out)

@@ -14,11 +14,12 @@ tlm/compile_job.py.
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from tlm.errors import TlmError
 
@@ -128,8 +129,9 @@ def _pytorch_ms(module, example_inputs, threads: int, cfg: CompileConfig) -> flo
         return _median_ms(lambda: module(*example_inputs), cfg.repeat, cfg.min_repeat_ms)
 
 
-def _onnxruntime_ms(imported, threads: int, cfg: CompileConfig) -> tuple[float | None, str | None]:
-    """ONNX Runtime latency on the same inputs; (None, reason) when no ONNX model can be had."""
+def onnxruntime_runner(imported, threads: int) -> tuple[Callable[[], Any] | None, str | None]:
+    """A callable running the model in ONNX Runtime on `imported.inputs`; (None, reason) when no
+    ONNX model can be had."""
     import onnxruntime as ort
 
     path = imported.onnx_path
@@ -150,18 +152,22 @@ def _onnxruntime_ms(imported, threads: int, cfg: CompileConfig) -> tuple[float |
             except Exception as err:  # e.g. the dynamo exporter needs `onnxscript`
                 errors.append(str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__)
         else:
+            shutil.rmtree(tmp, ignore_errors=True)
             return None, "torch.onnx.export failed: " + " | ".join(errors)
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-    feed = {i.name: x for i, x in zip(sess.get_inputs(), imported.inputs)}
-    ms_ = _median_ms(lambda: sess.run(None, feed), cfg.repeat, cfg.min_repeat_ms)
-    if tmp:
-        import shutil
-
+    if tmp:  # the session holds the model in memory
         shutil.rmtree(tmp, ignore_errors=True)
-    return ms_, None
+    feed = {i.name: x for i, x in zip(sess.get_inputs(), imported.inputs)}
+    return (lambda: sess.run(None, feed)), None
+
+
+def _onnxruntime_ms(imported, threads: int, cfg: CompileConfig) -> tuple[float | None, str | None]:
+    """ONNX Runtime latency on the same inputs; (None, reason) when no ONNX model can be had."""
+    run, note = onnxruntime_runner(imported, threads)
+    return (None, note) if run is None else (_median_ms(run, cfg.repeat, cfg.min_repeat_ms), None)
 
 
 # run_secs given to an unmeasured greedy record in the MetaSchedule view (it is the task's only

@@ -17,7 +17,6 @@ import re
 import shutil
 import sqlite3
 import statistics
-import tempfile
 import time
 from contextlib import closing
 from dataclasses import asdict, dataclass, field
@@ -329,24 +328,15 @@ class Runner:
 
 def _onnx_session(imported, threads: int):
     """A callable running the model in ONNX Runtime, or None when it cannot be had."""
-    import torch
+    from tlm.compiler import onnxruntime_runner
 
     try:
-        import onnxruntime as ort
-
-        path = imported.onnx_path
-        if path is None:
-            path = os.path.join(tempfile.mkdtemp(prefix="tlm-eval-"), "model.onnx")
-            with torch.no_grad():
-                torch.onnx.export(imported.torch_module, tuple(imported.example_inputs), path, dynamo=False)
-        so = ort.SessionOptions()
-        so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
-        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-        feeds = {i.name: x for i, x in zip(sess.get_inputs(), imported.inputs)}
-        return lambda: sess.run(None, feeds)
+        run, note = onnxruntime_runner(imported, threads)
     except Exception as err:  # noqa: BLE001 - a missing ORT figure is reported, not fatal
-        print(f"[eval] onnxruntime skipped: {err}")
-        return None
+        run, note = None, f"{type(err).__name__}: {err}"
+    if run is None:
+        print(f"[eval] onnxruntime skipped: {note}")
+    return run
 
 
 def interleaved(fns: dict[str, Callable], rounds: int, min_ms: float = 200.0) -> dict[str, list[float]]:
