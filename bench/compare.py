@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def task_figures(tasks, db_dir: str, proposer: str, target) -> dict:
-    from tlm.database import open_db
+    from tlm.measure.database import open_db
 
     db = open_db(db_dir, create=False)
     try:
@@ -58,10 +58,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from tlm.compiler import CompileConfig, compile_imported, onnxruntime_runner
-    from tlm.evaluate import interleaved
-    from tlm.graph import import_source, tasks_for_source
-    from tlm.target import host_target
+    from tlm.compiler.build import CompileConfig, compile_imported, onnxruntime_runner
+    from tlm.eval.run import interleaved
+    from tlm.graph.extract import tasks_for_source
+    from tlm.graph.importer import import_source
+    from tlm.graph.target import host_target
 
     target = host_target()
     threads = target.cores

@@ -79,12 +79,12 @@ def mean_word_loss(lm, sentences: list[str], batch: int = 16) -> float | None:
     """Mean next-word loss (nats) as pretraining's validation loss: <bos> words <eos>."""
     import torch
 
-    from tlm.pretrain import _batch
+    from tlm.model.pretrain import sentence_batch
 
     total = count = 0.0
     with torch.no_grad():
         for i in range(0, len(sentences), batch):
-            ids, mask, labels = _batch(lm.vocab, sentences[i : i + batch], str(lm.model.device))
+            ids, mask, labels = sentence_batch(lm.vocab, sentences[i : i + batch], str(lm.model.device))
             n = int((labels[:, 1:] != -100).sum())
             total += float(lm.model(input_ids=ids, attention_mask=mask, labels=labels).loss) * n
             count += n
@@ -103,15 +103,15 @@ def recorded_val_loss(model_dir: Path, data: str | None, lm, max_val: int) -> tu
             return float(hist[-1]["val_loss"]), "checkpoint/state.json (pretraining)"
     if not data:
         return None, "none (no record, no --data)"
-    from tlm.pretrain import PretrainConfig, _split
-    from tlm.sampling import read_shards
+    from tlm.model.pretrain import PretrainConfig, split_sentences
+    from tlm.space.sampling import read_shards
 
     sentences = [r["sentence"] for r in read_shards(data)]
     train_json = model_dir / "train.json"
     if train_json.is_file():  # the very split pretraining held out
         cfg = json.loads(train_json.read_text()).get("config", {})
         keep = {k: cfg[k] for k in ("seed", "val_fraction", "max_val") if k in cfg}
-        _, val = _split(sentences, PretrainConfig(**keep))
+        _, val = split_sentences(sentences, PretrainConfig(**keep))
         where = f"{data} (pretraining's held-out split)"
     else:
         val = sorted(set(sentences))
@@ -129,9 +129,9 @@ def word_tv(lm, task, target, space, sentence: str) -> list[float]:
     words vs the random sampler's (uniform over choices), at every word with several valid words."""
     import torch
 
-    from tlm.generate import choice_trie
-    from tlm.language import context_tokens, prompt_tokens
-    from tlm.space import walk
+    from tlm.model.generate import choice_trie
+    from tlm.space.design import walk
+    from tlm.space.language import context_tokens, prompt_tokens
 
     vocab = lm.vocab
     ids = [vocab.bos] + vocab.encode(sentence.split())
@@ -165,7 +165,7 @@ def untrained_like(lm, seed: int):
     import torch
     from transformers import GPT2LMHeadModel
 
-    from tlm.lm import LoadedModel
+    from tlm.model.lm import LoadedModel
 
     torch.manual_seed(seed)
     model = GPT2LMHeadModel(lm.model.config).to(lm.model.device).eval()
@@ -174,7 +174,7 @@ def untrained_like(lm, seed: int):
 
 def round_trips(task, target, space, g) -> bool:
     from tlm.errors import TlmError
-    from tlm.language import parse, render
+    from tlm.space.language import parse, render
 
     try:
         prog = parse(g.sentence, task, target, space=space)
@@ -192,11 +192,11 @@ def timed(gen, task, n: int, batch_size: int, seed: int) -> tuple[float, int, in
 def run(args) -> dict:
     import torch
 
-    from tlm.generate import Generator
-    from tlm.graph import tasks_for_source
-    from tlm.lm import load_model
-    from tlm.space import random_program, task_space
-    from tlm.zoo import list_workloads
+    from tlm.graph.extract import tasks_for_source
+    from tlm.graph.zoo import list_workloads
+    from tlm.model.generate import Generator
+    from tlm.model.lm import load_model
+    from tlm.space.design import random_program, task_space
 
     torch.set_num_threads(args.threads)
     model_dir = Path(args.model)
@@ -216,7 +216,7 @@ def run(args) -> dict:
     random_sentences: list[str] = []
     words_tv: dict[str, list[float]] = {"model": [], "untrained": []}
     for i, (wl, task) in enumerate(tasks):
-        from tlm.language import render
+        from tlm.space.language import render
 
         t0 = time.perf_counter()
         space = task_space(task, target)

@@ -36,8 +36,8 @@ def _rate(fn, seconds: float, min_n: int = 5) -> tuple[float, int]:
 def bench_task(name: str, task, target, seconds: float) -> dict:
     from tvm.s_tir import Schedule
 
-    from tlm.language import parse, render
-    from tlm.space import random_policy, task_space, walk
+    from tlm.space.design import random_policy, task_space, walk
+    from tlm.space.language import parse, render
 
     t0 = time.perf_counter()
     space = task_space(task, target)
@@ -88,13 +88,13 @@ def main() -> None:
     import os
 
     os.environ.setdefault("TVM_NUM_THREADS", "1")
-    from tlm.intrin import light_tensor_intrin
+    from tlm.space.intrin import light_tensor_intrin
 
     light_tensor_intrin()
     import workloads_tir as W
 
-    from tlm.language import SENTENCE_VERSION
-    from tlm.target import host_target
+    from tlm.graph.target import host_target
+    from tlm.space.language import SENTENCE_VERSION
 
     target = host_target()
     rows = []

@@ -3,7 +3,7 @@
     .venv/bin/python bench/sft_loss.py --db DIR --base MODEL [--steps S] [--measure --k 8] [--out DIR]
 
 The tasks of the database that have a demonstration (their best correct program as a sentence,
-tlm.finetune.demo_records) are sorted by kind and split alternately into a training half and
+tlm.model.demos.demo_records) are sorted by kind and split alternately into a training half and
 a held-out half. TLM-base is fine-tuned twice on the training half's demonstrations, with the
 same seed, steps and learning rate, once per loss ("sentence": all tokens; "decisions": only
 the value words). Each model (and the base) is then scored on the held-out demonstrations:
@@ -44,8 +44,8 @@ def _db_tasks(db, key: str) -> list:
 
 
 def split_demos(demos: list, tasks_by_hash: dict) -> tuple[list, list]:
-    """Tasks sorted by kind (tlm.loop.batch_key), alternately to train and held-out."""
-    from tlm.loop_state import batch_key
+    """Tasks sorted by kind (tlm.search.loop_state.batch_key), alternately to train and held-out."""
+    from tlm.search.loop_state import batch_key
 
     order = sorted({d.task_hash for d in demos}, key=lambda h: batch_key(tasks_by_hash[h]))
     held = set(order[1::2])
@@ -59,9 +59,9 @@ def _geomean(xs: list[float]) -> float | None:
 
 def score(model_dir: Path, demos: list, tasks_by_hash: dict, target) -> dict:
     """Held-out log-probabilities of the demonstrations under one model."""
-    from tlm.demos import encode_demo, value_logprobs
-    from tlm.generate import Generator
-    from tlm.lm import load_model
+    from tlm.model.demos import encode_demo, value_logprobs
+    from tlm.model.generate import Generator
+    from tlm.model.lm import load_model
 
     lm = load_model(model_dir)
     sums = value_logprobs(lm, demos)
@@ -83,10 +83,10 @@ def score(model_dir: Path, demos: list, tasks_by_hash: dict, target) -> dict:
 def measure_models(models: dict[str, Path], demos: list, tasks_by_hash: dict, target, k: int, seed: int,
                    measure_cfg) -> dict:
     """Best measured latency of k generated programs per held-out task, per model."""
-    from tlm.generate import Generator
-    from tlm.language import parse
-    from tlm.measure import Candidate, Measurer
-    from tlm.space import task_space
+    from tlm.measure.measurer import Candidate, Measurer
+    from tlm.model.generate import Generator
+    from tlm.space.design import task_space
+    from tlm.space.language import parse
 
     demo_best = {}
     for d in demos:
@@ -171,13 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-repeat-ms", type=int, default=30)
     args = p.parse_args(argv)
 
-    from tlm.database import open_db
-    from tlm.demos import demo_records
     from tlm.errors import TlmError
-    from tlm.finetune import FinetuneConfig, finetune
-    from tlm.loop_state import select_tasks
-    from tlm.measure import MeasureConfig
-    from tlm.target import resolve_target
+    from tlm.graph.target import resolve_target
+    from tlm.measure.database import open_db
+    from tlm.measure.measurer import MeasureConfig
+    from tlm.model.demos import demo_records
+    from tlm.model.finetune import FinetuneConfig, finetune
+    from tlm.search.loop_state import select_tasks
 
     target = resolve_target(args.target)
     with open_db(args.db, create=False) as db:

@@ -8,7 +8,7 @@ os.environ.setdefault("TLM_CACHE", os.path.join(os.path.dirname(__file__), "..",
 
 @pytest.fixture(scope="session")
 def host():
-    from tlm.target import host_target
+    from tlm.graph.target import host_target
 
     return host_target()
 
@@ -16,6 +16,6 @@ def host():
 @pytest.fixture(scope="session")
 def matmul32():
     """A 32x32x32 float32 matmul task (the tiny workload of TVM CPU tests)."""
-    from tlm.tasks import matmul_task
+    from tlm.graph.tasks import matmul_task
 
     return matmul_task(32)

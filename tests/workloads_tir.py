@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tlm.tasks import Task, task_from_mod
+from tlm.graph.tasks import Task, task_from_mod
 
 
 def _task(tensors, name: str) -> Task:

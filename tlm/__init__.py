@@ -1,7 +1,20 @@
-"""tlm: a tensor language model that schedules deep-learning kernels on Apache TVM."""
+"""tlm: a tensor language model that schedules deep-learning kernels on Apache TVM.
+
+The stages, in pipeline order (a stage imports only itself and the stages above it):
+
+    graph      model -> Relax -> fused tasks (targets, zoo, import, extraction)
+    space      task -> design spaces -> programs as tensor sentences; random sampling
+    measure    program -> build, check, time -> durable records
+    model      sentences -> TLM-base; best records -> fine-tuned TLM; constrained generation
+    search     tasks + budget -> tuners (TLM, MetaSchedule, random) -> records; the SFT loop
+    compiler   model + records -> one checked, timed library (`tlm compile`, `tlm.compile`)
+    eval       suites -> tuned, compiled, timed -> tables and report
+
+`errors` is shared by all; `cli` (the `tlm` command) sits on top.
+"""
 
 from tlm.errors import TlmError
-from tlm.tasks import Task
+from tlm.graph.tasks import Task
 
 __version__ = "0.1.0"
 
@@ -9,15 +22,15 @@ __all__ = ["Task", "TlmError", "compile", "extract_tasks", "__version__"]
 
 
 def extract_tasks(module, example_inputs, target=None):
-    """Tasks (fused subgraphs) of a torch.nn.Module that torch.export accepts; see tlm.graph."""
-    from tlm.graph import extract_tasks as _extract
+    """Tasks (fused subgraphs) of a torch.nn.Module that torch.export accepts; see tlm.graph.extract."""
+    from tlm.graph.extract import extract_tasks as _extract
 
     return _extract(module, example_inputs, target=target)
 
 
 def compile(module, example_inputs=None, *, db=None, target=None, **kwargs):  # noqa: A001
     """Compile a torch.nn.Module (or zoo name): with `db=` from its records, with `budget=` after
-    tuning with the TLM tuner first; see tlm.compile_job.compile_model."""
-    from tlm.compile_job import compile_model
+    tuning with the TLM tuner first; see tlm.compiler.job.compile_model."""
+    from tlm.compiler.job import compile_model
 
     return compile_model(module, example_inputs, db=db, target=target, **kwargs)

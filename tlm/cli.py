@@ -12,8 +12,8 @@ import warnings
 from tlm.errors import TlmError
 
 # Stage modules that add their own sub-commands through `register_cli(subparsers)`.
-_STAGE_CLIS = ("tlm.sampling", "tlm.pretrain", "tlm.generate", "tlm.tune", "tlm.compile_job", "tlm.finetune", "tlm.loop",
-               "tlm.evaluate")
+_STAGE_CLIS = ("tlm.space.sampling", "tlm.model.pretrain", "tlm.model.generate", "tlm.search.tune", "tlm.compiler.job",
+               "tlm.model.finetune", "tlm.search.loop", "tlm.eval.run")
 
 
 def _print_json(data) -> None:
@@ -29,7 +29,7 @@ def _console():
 
 
 def _cmd_target(args: argparse.Namespace) -> int:
-    from tlm.target import resolve_target
+    from tlm.graph.target import resolve_target
 
     info = resolve_target(args.target)
     if args.json:
@@ -41,7 +41,7 @@ def _cmd_target(args: argparse.Namespace) -> int:
 
 
 def _cmd_workloads(args: argparse.Namespace) -> int:
-    from tlm.zoo import list_workloads
+    from tlm.graph.zoo import list_workloads
 
     items = list_workloads(args.split)
     if args.json:
@@ -59,7 +59,7 @@ def _cmd_workloads(args: argparse.Namespace) -> int:
 
 
 def _cmd_tasks(args: argparse.Namespace) -> int:
-    from tlm.graph import tasks_for_source
+    from tlm.graph.extract import tasks_for_source
 
     result = tasks_for_source(args.source, target=args.target, refresh=args.refresh)
     if args.json:

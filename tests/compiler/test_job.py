@@ -1,0 +1,132 @@
+"""Whole-model compile: a small CNN from a small database matches PyTorch; other targets ignored."""
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.tvm
+
+
+def _tiny_cnn():
+    import torch
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 4),
+    ).eval()
+    return net, (torch.randn(1, 3, 16, 16),)
+
+
+def test_small_cnn_from_small_db(tmp_path, host):
+    from tlm.compiler.build import CompileConfig
+    from tlm.compiler.job import compile_model
+    from tlm.graph.extract import extract_tasks
+    from tlm.measure.measurer import MeasureConfig
+    from tlm.search.base import TuneConfig
+    from tlm.search.tune import tune
+
+    net, inputs = _tiny_cnn()
+    tasks = extract_tasks(net, inputs, target=host)
+    assert tasks
+    db = str(tmp_path / "db")
+    cfg = TuneConfig(batch_size=2, measure=MeasureConfig(repeat=3, min_repeat_ms=5, remeasure_top=1))
+    tune(tasks[:2], "random", "2g", db, target=host, config=cfg, progress=False)
+    out = tmp_path / "model.so"
+    model = compile_model(net, inputs, db=db, target=host, output=str(out),
+                          config=CompileConfig(repeat=3, min_repeat_ms=5))
+    report = model.to_json()
+    for key in ("latency_ms", "pytorch_ms", "onnxruntime_ms", "max_abs_diff", "measurements", "tasks", "tuned_tasks"):
+        assert key in report
+    assert model.matches, report
+    assert model.tuned_tasks >= 1 and model.tasks == len(tasks) and model.measurements == 4
+    assert model.latency_ms > 0 and model.pytorch_ms > 0
+    assert out.exists()
+    # The callable takes torch tensors or numpy arrays and returns numpy.
+    got = model(inputs[0])
+    want = net(inputs[0]).detach().numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(model(inputs[0].numpy()), got)
+
+
+def test_records_of_another_target_are_ignored(tmp_path, host, matmul32):
+    from tvm.s_tir import meta_schedule as ms
+
+    from tlm.graph.target import resolve_target
+    from tlm.measure.database import open_db
+    from tlm.space.design import plain_json
+    from tlm.space.intrin import light_tensor_intrin
+
+    light_tensor_intrin()
+    other = resolve_target({**host.config, "num-cores": host.cores + 7})
+    assert other.key != host.key
+    ctx = ms.TuneContext(mod=matmul32.mod, target=other.tvm(), space_generator="post-order-apply")
+    trace = plain_json(ctx.generate_design_space()[0].trace.as_json())
+    with open_db(str(tmp_path / "db")) as db:
+        db.add_record(matmul32, other.key, trace, [1e-9])
+        assert db.best(matmul32.hash, host.key) is None
+        assert len(db.to_metaschedule(host)) == 0
+        assert len(db.to_metaschedule(other)) == 1
+
+
+def test_missing_db_is_an_error(tmp_path):
+    from tlm.cli import main
+
+    assert main(["compile", "mobilenet_v2", "--db", str(tmp_path / "nope")]) == 2
+
+
+def test_cli_compile_budget_zero_end_to_end(tmp_path, host, monkeypatch, capsys):
+    """`tlm compile MODEL.onnx --budget 0 --model DIR`: every task gets the greedy program of
+    the model, nothing is measured, the whole model still matches the reference."""
+    import json
+
+    import torch
+
+    from tlm.cli import main
+    from tlm.graph.extract import tasks_for_source
+    from tlm.measure.database import open_db
+    from tlm.measure.database import GREEDY
+    from tlm.model.lm import build_tokenizer, new_model, save_model, space_words
+    from tlm.space.sampling import target_id
+
+    monkeypatch.setenv("TLM_CACHE", str(tmp_path / "cache"))  # the default run directory goes here
+    net, inputs = _tiny_cnn()
+    onnx_path = str(tmp_path / "cnn.onnx")
+    torch.onnx.export(net, inputs, onnx_path, dynamo=False, input_names=["x"])
+    tasks = tasks_for_source(onnx_path, host).tasks
+    tok = build_tokenizer(space_words(tasks, host, walks=1))
+    model_dir = tmp_path / "model"
+    save_model(new_model("tiny", tok.get_vocab_size(), seed=1), tok, model_dir,
+               {"preset": "tiny", "target": host.config, "target_id": target_id(host)})
+    argv = ["compile", onnx_path, "--budget", "0", "--model", str(model_dir), "--repeat", "3"]
+    assert main(argv + ["--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["matches"] and report["measurements"] == 0 and report["budget"] == "0"
+    assert report["wall_s"] > 0 and report["tune_s"] is not None and report["tuned_tasks"] == 0
+    assert report["greedy_tasks"] == report["tasks"] == len(tasks)
+    assert {r["status"] for r in report["task_rows"]} == {"greedy"}
+    assert report["db"].startswith(str(tmp_path / "cache" / "runs"))
+    with open_db(report["db"]) as db:
+        assert db.count() == db.count(proposer=GREEDY) == len(tasks)
+    # The table report, resumed on the same run directory (nothing new is stored).
+    assert main(argv + ["--no-compare"]) == 0
+    out = capsys.readouterr().out
+    assert "greedy" in out and "measurements: 0, budget 0" in out and "outputs match" in out
+    with open_db(report["db"]) as db:
+        assert db.count() == len(tasks)
+    # The Python API: tlm.compile(module, inputs, db=..., budget=..., model=...).
+    import tlm
+    from tlm.compiler.build import CompileConfig
+
+    model = tlm.compile(net, inputs, db=str(tmp_path / "api-db"), budget=0, model=str(model_dir),
+                        config=CompileConfig(repeat=3, min_repeat_ms=5, compare=False))
+    assert model.matches and model.budget == "0" and model.measurements == 0
+    assert model.greedy_tasks == model.tasks > 0
+
+
+def test_compile_needs_db_or_budget(tmp_path):
+    from tlm.cli import main
+
+    assert main(["compile", "mobilenet_v2"]) == 2
+    assert main(["compile", "mobilenet_v2", "--db", str(tmp_path), "--model", str(tmp_path)]) == 2
+    assert main(["compile", "mobilenet_v2", "--budget", "lots"]) == 2

@@ -1,0 +1,120 @@
+"""Measurer: a tiny matmul measures, a wrong program is an error, failures are data, RPC works."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tlm.measure.measurer import Candidate, MeasureConfig, Measurer
+from tlm.measure.workers import compare
+
+pytestmark = pytest.mark.tvm
+
+FAST = dict(repeat=3, min_repeat_ms=5, remeasure_top=1)
+
+
+def _random_schedules(task, target, n, seed=12345):
+    from tvm.s_tir import meta_schedule as ms
+
+    from tlm.search.baselines import random_programs
+    from tlm.space.intrin import light_tensor_intrin
+
+    light_tensor_intrin()
+    ctx = ms.TuneContext(mod=task.mod, target=target.tvm(), space_generator="post-order-apply")
+    seeds = [seed * 7919 + i * 104729 for i in range(4 * n)]
+    return random_programs(task, ctx, ctx.generate_design_space(), seeds, set())[:n]
+
+
+def _wrong_matmul(n=32):
+    """Same signature as the matmul task, different result (scaled by 1.001)."""
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((n, n), name="A")
+    b = te.placeholder((n, n), name="B")
+    k = te.reduce_axis((0, n), name="k")
+    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j] * 1.001, axis=k), name="C")
+    return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+
+
+@pytest.fixture(scope="module")
+def measurer(host):
+    m = Measurer(host, MeasureConfig(**FAST))
+    yield m
+    m.close()
+
+
+def test_compare():
+    import numpy as np
+
+    a = np.ones((4, 4), "float32")
+    assert compare(a, a, 1e-4, 1e-5) is None
+    assert "diff" in compare(a * 1.01, a, 1e-4, 1e-5)
+    assert compare(np.zeros(3, "int64"), np.ones(3, "int64"), 0, 0) == "3 elements differ"
+
+
+def test_matmul_measures_and_wrong_program_is_error(measurer, host, matmul32):
+    from tvm.s_tir import Schedule
+
+    schs = _random_schedules(matmul32, host, 2)
+    cands = [Candidate(matmul32, schedule=s, proposer="random") for s in schs]
+    cands.append(Candidate(matmul32, schedule=Schedule(_wrong_matmul()), proposer="test"))
+    # A trace given as JSON (as stored in the database) replays onto the task.
+    cands.append(Candidate(matmul32, trace=schs[0].trace, proposer="replay"))
+    cands.append(Candidate(matmul32, trace=[["NoSuchInstruction"]], proposer="bad"))
+    res = measurer.measure(cands)
+    assert [r.candidate.proposer for r in res] == ["random", "random", "test", "replay", "bad"]
+    for r in (res[0], res[1], res[3]):
+        assert r.ok, r.error
+        assert 0 < r.median_s < 1 and len(r.latencies_s) >= 3
+        assert r.trace_json and isinstance(r.trace_json, list)
+    assert res[2].error.startswith("WrongResult") and not res[2].ok
+    assert res[2].median_s == float("inf")
+    assert res[4].error.startswith("ScheduleError")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_rpc_localhost(host, matmul32):
+    """A TVM tracker and one server on localhost; the measurer sends its work through them."""
+    from tvm import rpc
+
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1",
+                               "--port", str(port), "--port-end", str(port + 50), "--silent"])]
+    try:
+        time.sleep(3)
+        server_port = _free_port()
+        procs.append(subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1",
+                                       "--port", str(server_port), "--port-end", str(server_port + 50),
+                                       "--tracker", f"127.0.0.1:{port}", "--key", "tlm-test", "--silent"]))
+        deadline, ready = time.time() + 120, False
+        while time.time() < deadline and not ready:
+            time.sleep(1)
+            try:
+                summary = rpc.connect_tracker("127.0.0.1", port).summary()
+                ready = any("tlm-test" in str(q.get("key")) for q in summary.get("server_info", []))
+            except Exception:  # the tracker is still starting
+                pass
+        assert ready, "the RPC server did not register with the tracker"
+        cfg = MeasureConfig(**FAST, tracker_host="127.0.0.1", tracker_port=port, tracker_key="tlm-test")
+        with Measurer(host, cfg) as m:
+            assert m.rpc
+            from tvm.s_tir import Schedule
+
+            schs = _random_schedules(matmul32, host, 1, seed=777)
+            res = m.measure([Candidate(matmul32, schedule=schs[0], proposer="random"),
+                             Candidate(matmul32, schedule=Schedule(_wrong_matmul()), proposer="test")])
+        assert res[0].ok, res[0].error
+        assert res[1].error.startswith("WrongResult")
+    finally:
+        for p in reversed(procs):
+            p.kill()
+            p.wait()

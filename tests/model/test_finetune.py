@@ -1,0 +1,200 @@
+"""Supervised fine-tuning (tlm.model.finetune): value masks, demonstrations from a database, one tiny SFT round."""
+
+import json
+
+import pytest
+import workloads_tir as w
+
+from tlm.errors import TlmError
+from tlm.model.finetune import Demo, FinetuneConfig, encode_demo, value_mask
+
+# A hand-written sentence: 13 prompt words, then space / tile / cat / loc decisions.
+_PROMPT = "matmul float32 16 16 float32 16 16 float32 16 16 llvm cpu 2 avx2 256".split()
+_SENTENCE = " ".join(_PROMPT + "space 3 0 tile C 0 16 2 8 tile C 1 16 16 1 cat unroll_explicit 64 loc C root".split())
+
+
+def test_value_mask_grammar():
+    words = _SENTENCE.split()
+    mask = value_mask(words, len(_PROMPT))
+    values = [wd for wd, m in zip(words, mask) if m]
+    assert values == ["0", "2", "8", "16", "1", "64", "root"]
+    assert not any(mask[: len(_PROMPT)])
+    with pytest.raises(TlmError):
+        value_mask(words, len(_PROMPT) - 1)  # "256" starts no decision
+    with pytest.raises(TlmError):
+        value_mask(words[:-1], len(_PROMPT))  # ends inside a decision
+
+
+def test_decisions_loss_masks_prompt_and_contexts():
+    from tlm.model.lm import Vocab, build_tokenizer, sentence_words
+
+    vocab = Vocab(build_tokenizer(sentence_words([_SENTENCE])))
+    demo = Demo("h", _SENTENCE, len(_PROMPT))
+    ids, labels = encode_demo(vocab, demo, "decisions")
+    words = _SENTENCE.split()
+    assert ids == [vocab.bos] + vocab.encode(words) + [vocab.eos]  # tokenized as in pretraining
+    assert labels[0] == -100 and labels[-1] == -100  # <bos>, <eos>
+    assert all(x == -100 for x in labels[1 : 1 + len(_PROMPT)])  # the prompt
+    kept = [vocab.decode([x])[0] for x in labels if x != -100]
+    assert kept == ["0", "2", "8", "16", "1", "64", "root"]  # values only, no contexts
+    ids2, labels2 = encode_demo(vocab, demo, "sentence")
+    assert ids2 == ids and labels2 == ids  # every token (padding is masked when batching)
+
+    from tlm.model.lm import pad_batch
+
+    _, attn, lab = pad_batch([encode_demo(vocab, demo, "decisions"), (ids[:5], ids[:5])], vocab.pad, "cpu")
+    assert int(attn[1].sum()) == 5 and (lab[1, 5:] == -100).all()
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return [w.matmul(16), w.softmax()]
+
+
+@pytest.mark.tvm
+def test_value_mask_matches_a_rewalk(tasks, host):
+    from tlm.space.design import random_program
+    from tlm.space.language import context_tokens, prompt_tokens, render, value_tokens
+
+    for task in tasks + [w.conv3x3()]:
+        for seed in range(3):
+            prog = random_program(task, host, seed)
+            assert prog.ok
+            want = [False] * len(prompt_tokens(task, host))
+            for point, choice in zip(prog.points, [prog.space] + list(prog.decisions)):
+                want += [False] * len(context_tokens(point)) + [True] * len(value_tokens(point, choice))
+            assert value_mask(render(prog, task, host).split(), len(prompt_tokens(task, host))) == want
+
+
+@pytest.fixture(scope="module")
+def base_dir(tmp_path_factory, tasks, host):
+    from tlm.model.lm import build_tokenizer, new_model, save_model, space_words
+    from tlm.space.sampling import target_id
+
+    tok = build_tokenizer(space_words(tasks, host, walks=2))
+    out = tmp_path_factory.mktemp("base")
+    save_model(new_model("tiny", tok.get_vocab_size(), seed=1), tok, out,
+               {"preset": "tiny", "target": host.config, "target_id": target_id(host), "step": 7})
+    return out
+
+
+def _demos(tasks, host, seed=0):
+    from tlm.space.design import random_program
+    from tlm.space.language import render
+
+    return [(t, render(random_program(t, host, seed), t, host)) for t in tasks]
+
+
+def _scores(model_dir, demos):
+    from tlm.model.finetune import value_logprobs
+    from tlm.model.lm import load_model
+
+    return value_logprobs(load_model(model_dir), demos)
+
+
+@pytest.mark.tvm
+def test_one_round_raises_demonstration_logprob(base_dir, tasks, host, tmp_path):
+    from tlm.model.finetune import finetune
+    from tlm.model.lm import load_model
+
+    demos = _demos(tasks, host)
+    before = _scores(base_dir, demos)
+    cfg = FinetuneConfig(steps=12, lr=3e-3, batch_size=2, loss="decisions", seed=3)
+    out = finetune(base_dir, demos, tmp_path / "ft", cfg)
+    after = _scores(out, demos)
+    assert all(a > b + 5 for a, b in zip(after, before)), (before, after)
+
+    lm = load_model(out)
+    assert lm.meta["finetuned_from"] == str(base_dir) and lm.meta["demonstrations"] == 2
+    assert lm.meta["loss"] == "decisions" and lm.meta["preset"] == "tiny" and lm.meta["step"] == 7
+    assert json.loads((base_dir / "tokenizer.json").read_text()) == json.loads((out / "tokenizer.json").read_text())
+    report = json.loads((out / "finetune.json").read_text())
+    assert report["config"]["steps"] == 12 and report["config"]["loss"] == "decisions"
+    assert report["final_loss"] < report["first_loss"]
+    assert not list(tmp_path.glob("ft.tmp-*"))
+
+    from tlm.model.generate import Generator
+
+    if hasattr(Generator, "logprob"):  # the log-probability generation gives the demonstrations rises too
+        g0, g1 = Generator.from_dir(base_dir, host), Generator.from_dir(out, host)
+        assert all(g1.logprob(t, s) > g0.logprob(t, s) for t, s in demos)
+
+    # Deterministic given the seed, and always from the base (re-running replaces the output).
+    again = finetune(base_dir, demos, tmp_path / "ft", cfg)
+    assert _scores(again, demos) == after
+    # The sentence loss trains on every token, and also raises the values' likelihood.
+    sent = finetune(base_dir, demos, tmp_path / "ft-sent", FinetuneConfig(steps=12, lr=3e-3, batch_size=2, loss="sentence"))
+    assert json.loads((sent / "finetune.json").read_text())["trainable_tokens"] > report["trainable_tokens"]
+    assert all(a > b for a, b in zip(_scores(sent, demos), before))
+    with pytest.raises(TlmError):
+        finetune(base_dir, [], tmp_path / "none", cfg)
+    with pytest.raises(TlmError):
+        finetune(base_dir, demos, tmp_path / "bad", FinetuneConfig(loss="everything"))
+
+
+@pytest.mark.tvm
+def test_demonstrations_pick_the_best_and_convert_traces(tasks, host, tmp_path):
+    from tlm.measure.database import open_db
+    from tlm.model.finetune import demo_records, demonstrations
+    from tlm.space.design import plain_json
+    from tlm.space.design import random_program
+    from tlm.space.language import render
+
+    mm, sm = tasks
+    progs = [p for p in (random_program(mm, host, s) for s in range(6)) if p.ok]
+    with open_db(str(tmp_path / "db")) as db:
+        def add(prog, secs, sentence=True, error=None, proposer="tlm"):
+            return db.add_record(mm, host.key, plain_json(prog.sch.trace.as_json()), secs, error=error, proposer=proposer,
+                                 sentence=render(prog, mm, host) if sentence else None)
+
+        add(progs[0], [3e-5])
+        add(progs[1], [1e-6], error="WrongResult: mismatch")  # fastest but wrong: never a demonstration
+        add(progs[2], [2e-5])
+        add(progs[3], [1e-5], sentence=False, proposer="metaschedule")  # best: only its trace
+        got = demonstrations(db, [mm, sm], host.key)
+        assert got == [(mm, render(progs[3], mm, host))]  # converted from the trace; sm has none
+        two = demo_records(db, [mm], host, per_task=2)
+        assert [d.sentence for d in two] == [render(p, mm, host) for p in (progs[3], progs[2])]
+        assert two[0].proposer == "metaschedule" and two[0].median_s == pytest.approx(1e-5)
+        # A trace that is no program of the task's spaces is skipped, not fatal.
+        db.add_record(mm, host.key, [[["GetSBlock", [], ["C", "main"], ["b0"]]], []], [1e-7], proposer="import")
+        assert demonstrations(db, [mm], host.key) == [(mm, render(progs[3], mm, host))]
+
+
+def test_cli_finetune_needs_one_source(tmp_path):
+    from tlm.cli import main
+
+    assert main(["finetune", "--base", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+
+
+def test_config_resolution():
+    cfg = FinetuneConfig().resolved(100, "small")
+    assert cfg.steps == 20 and cfg.lr == pytest.approx(1e-4) and cfg.warmup == 2
+    assert FinetuneConfig(epochs=3).resolved(3000, "paper").steps == 563
+    assert FinetuneConfig(steps=5, lr=1e-3).resolved(1, "tiny").steps == 5
+
+
+@pytest.mark.tvm
+def test_sft_loss_bench_on_tiny_data(base_dir, tasks, host, tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    from tlm.measure.database import open_db
+    from tlm.space.design import plain_json
+    from tlm.space.design import random_program
+
+    with open_db(str(tmp_path / "db")) as db:
+        for task, secs in zip(tasks + [w.matmul(16, 32, 16)], (1e-5, 2e-5, 3e-5)):
+            prog = random_program(task, host, 1)
+            db.add_record(task, host.key, plain_json(prog.sch.trace.as_json()), [secs], proposer="metaschedule")
+    path = Path(__file__).resolve().parents[2] / "bench" / "sft_loss.py"
+    spec = importlib.util.spec_from_file_location("sft_loss_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "results"
+    assert bench.main(["--db", str(tmp_path / "db"), "--base", str(base_dir), "--steps", "3", "--lr", "3e-3",
+                       "--out", str(out), "--work", str(tmp_path / "models")]) == 0
+    res = json.loads((out / "sft_loss.json").read_text())
+    assert res["train_tasks"] + res["heldout_tasks"] == 3 and res["heldout_tasks"] >= 1
+    assert set(res["heldout"]) == {"base", "sentence", "decisions"} and res["verdict"]
+    assert "| decisions |" in (out / "sft_loss.md").read_text()

@@ -1,0 +1,191 @@
+"""Constrained, batched generation with a tiny untrained model: only valid programs, round-tripping,
+the same programs and log-probabilities at any batch size."""
+
+import math
+
+import pytest
+import workloads_tir as w
+
+from tlm.errors import TlmError
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return {"matmul": w.matmul(16), "conv": w.conv3x3(), "softmax": w.softmax()}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, tasks, host):
+    from tlm.model.lm import build_tokenizer, new_model, save_model, space_words
+    from tlm.space.sampling import target_id
+
+    tok = build_tokenizer(space_words(list(tasks.values()), host, walks=2))
+    out = tmp_path_factory.mktemp("untrained")
+    save_model(new_model("tiny", tok.get_vocab_size(), seed=1), tok, out,
+               {"preset": "tiny", "target": host.config, "target_id": target_id(host)})
+    return out
+
+
+@pytest.fixture(scope="module")
+def gen(model_dir, host):
+    from tlm.model.generate import Generator
+
+    return Generator.from_dir(model_dir, host)
+
+
+@pytest.mark.parametrize("name", ["matmul", "conv", "softmax"])
+def test_generated_programs_are_valid_and_round_trip(gen, tasks, host, name):
+    import tvm
+
+    from tlm.space.design import task_space
+    from tlm.space.language import parse, render
+
+    task = tasks[name]
+    out = gen.generate(task, 6, seed=3, batch_size=4)  # more programs than lanes: lanes are refilled
+    assert len(out) == 6 and len({g.sentence for g in out}) == 6
+    for g in out:
+        assert g.error is None and g.task_hash == task.hash
+        assert g.logprob <= 0 and math.isfinite(g.logprob)
+        prog = parse(g.sentence, task, host, space=task_space(task, host))
+        assert prog.ok and prog.space == g.space
+        assert [list(d) if isinstance(d, tuple) else d for d in prog.decisions] == g.decisions
+        assert render(prog, task, host) == g.sentence
+        assert g.schedule is not None
+        tvm.ir.assert_structural_equal(g.schedule.mod, prog.sch.mod)
+        assert "schedule" not in g.to_json() and "schedule" not in repr(g)
+
+
+@pytest.mark.parametrize("name,batch", [("conv", 4), ("softmax", 16)])
+def test_batched_equals_unbatched(gen, tasks, name, batch):
+    """Batch size changes nothing: same programs, and log-probabilities equal to one plain forward pass."""
+    task = tasks[name]
+    calls = gen.forward_calls
+    one = gen.generate(task, 6, seed=7, batch_size=1)
+    calls, single = gen.forward_calls, gen.forward_calls - calls
+    many = gen.generate(task, 6, seed=7, batch_size=batch)
+    assert len(one) == 6 and [g.sentence for g in many] == [g.sentence for g in one]
+    assert all(abs(a.logprob - b.logprob) < 1e-4 for a, b in zip(one, many))
+    assert gen.forward_calls - calls < single / 2  # one pass serves several programs
+    for g in one:
+        assert abs(gen.logprob(task, g.sentence) - g.logprob) < 1e-4
+
+
+def test_logprob_of_any_sentence(gen, tasks, host):
+    from tlm.space.design import random_program
+    from tlm.space.language import render
+
+    task = tasks["matmul"]
+    sentence = render(random_program(task, host, 4), task, host)
+    lp = gen.logprob(task, sentence)
+    assert lp < 0 and math.isfinite(lp)
+    words = sentence.split()
+    with pytest.raises(TlmError, match="prompt"):
+        gen.logprob(tasks["softmax"], sentence)
+    with pytest.raises(TlmError):
+        gen.logprob(task, " ".join(words[:-1]))  # ends early
+    with pytest.raises(TlmError):
+        gen.logprob(task, sentence + " 4")
+    i = words.index("tile") + 4  # the first tile factor: 1000 divides no extent here
+    with pytest.raises(TlmError):
+        gen.logprob(task, " ".join(words[:i] + ["1000"] + words[i + 1 :]))
+
+
+def test_overlong_and_aborted_batches_end_cleanly(gen, tasks, monkeypatch):
+    import threading
+
+    task = tasks["conv"]
+    before = threading.active_count()
+    monkeypatch.setattr(gen.lm.model.config, "n_positions", 40)  # the prompt fits, a program does not
+    assert gen.generate(task, 3, batch_size=2, max_tries=4) == []
+    res = gen.one(task)
+    assert res.error and "positions" in res.error and res.schedule is None
+    monkeypatch.undo()
+    real, calls = gen.lm.model.forward, [0]
+
+    def failing(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] > 3:
+            raise RuntimeError("boom")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gen.lm.model, "forward", failing)
+    with pytest.raises(RuntimeError, match="boom"):
+        gen.generate(task, 8, batch_size=4)
+    monkeypatch.undo()
+    import time
+
+    for _ in range(100):  # the lanes' threads end (aborted walks)
+        if threading.active_count() <= before:
+            break
+        time.sleep(0.05)
+    assert threading.active_count() <= before
+    assert len(gen.generate(task, 2, seed=1)) == 2
+
+
+def test_greedy_is_deterministic(gen, tasks):
+    task = tasks["matmul"]
+    a = gen.generate(task, 3, greedy=True)
+    b = gen.generate(task, 3, greedy=True, seed=99)
+    assert len(a) == 1 and a[0].sentence == b[0].sentence and a[0].logprob == b[0].logprob
+
+
+def test_sampling_is_seeded_and_skips_seen(gen, tasks):
+    task = tasks["softmax"]
+    a = [g.sentence for g in gen.generate(task, 3, seed=5)]
+    assert a == [g.sentence for g in gen.generate(task, 3, seed=5)]
+    assert a != [g.sentence for g in gen.generate(task, 3, seed=6)]
+    fresh = gen.generate(task, 3, seed=5, seen=set(a))
+    assert fresh and not set(g.sentence for g in fresh) & set(a)
+
+
+def test_top_k_and_temperature(gen, tasks):
+    task = tasks["matmul"]
+    one = gen.generate(task, 2, top_k=1)  # top-1 sampling is greedy: one distinct program
+    assert len(one) == 1 and one[0].sentence == gen.generate(task, 1, greedy=True)[0].sentence
+    raw = gen.sample(task, 3, top_k=1, batch_size=3)  # the raw tries: duplicates kept
+    assert [g.sentence for g in raw] == [one[0].sentence] * 3
+    assert len(gen.generate(task, 3, temperature=2.0, seed=1)) == 3
+
+
+def test_vocabulary_gap_is_a_clean_error(gen, host):
+    task = w.matmul(7, 11, 13)  # factors 7, 11, 13 are numerals; a new prompt word is not needed
+    out = gen.generate(task, 1)
+    assert len(out) == 1 and out[0].error is None
+    # Unknown prompt/context words read as <unk>; choices with unknown words are left out.
+    partial = gen.generate(w.matmul(2048, 16, 16), 2)
+    assert len(partial) == 2 and all(2048 not in d for g in partial for d in g.decisions[:1])
+    big = w.matmul(1031, 16, 16)  # a prime extent above the numerals: no tile choice is representable
+    res = gen.one(big)
+    assert res.error and "vocabulary" in res.error
+    with pytest.raises(TlmError):
+        from tlm.model.generate import Generator
+
+        Generator.from_dir("/nonexistent-model-dir", host)
+
+
+def test_cli_generate_and_pretrain(model_dir, tasks, host, tmp_path, monkeypatch):
+    import argparse
+    import json
+    from types import SimpleNamespace
+
+    import tlm.graph.extract
+    from tlm.model import generate, pretrain
+    from tlm.space.sampling import sample
+
+    monkeypatch.setattr(tlm.graph.extract, "tasks_for_source", lambda source, target=None: SimpleNamespace(
+        tasks=[tasks["matmul"], tasks["softmax"]], target=host))
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    generate.register_cli(sub)
+    pretrain.register_cli(sub)
+    out = tmp_path / "gen.jsonl"
+    args = parser.parse_args(["generate", "toy", "--model", str(model_dir), "--per-task", "2", "--out", str(out), "--no-progress"])
+    assert args.func(args) == 0
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(recs) == 4 and {"task_hash", "sentence", "space", "decisions", "logprob", "error", "task_name"} <= set(recs[0])
+    assert "schedule" not in recs[0]
+
+    sample([tasks["matmul"]], host, 12, tmp_path / "data", jobs=1, progress=False)
+    args = parser.parse_args(["pretrain", "--data", str(tmp_path / "data"), "--preset", "tiny", "--out", str(tmp_path / "m"), "--steps", "2"])
+    assert args.func(args) == 0
+    assert (tmp_path / "m" / "model.safetensors").is_file()

@@ -1,0 +1,157 @@
+"""Iterative optimization (tlm.search.loop): batching, the stop rule, two tiny rounds, resuming."""
+
+import csv
+import json
+
+import pytest
+import workloads_tir as w
+
+from tlm.errors import TlmError
+from tlm.graph.tasks import Task
+from tlm.search.loop import LoopConfig, converged, run_loop, select_tasks, split_batches
+
+
+def _fake(name, kind, weight=1, flops=1.0, h=None):
+    return Task(name, h or f"{abs(hash((name, kind))) & 0xFFFFFFFFFFFFFFFF:016x}", weight, flops, kind, [], "")
+
+
+def test_batches_sorted_by_kind_one_every_kb():
+    tasks = [_fake(f"fused_{k}{i}_add", k) for k in ("softmax", "conv2d", "matmul") for i in range(3)]
+    batches = split_batches(tasks, 3)
+    assert [len(b) for b in batches] == [3, 3, 3]
+    assert all(sorted(t.kind for t in b) == ["conv2d", "matmul", "softmax"] for b in batches)
+    assert sorted(t.hash for b in batches for t in b) == sorted(t.hash for t in tasks)
+    assert split_batches(tasks, 3) == batches  # deterministic
+    assert len(split_batches(tasks[:2], 4)) == 2  # never an empty batch
+
+
+def test_task_cap_spreads_across_kinds():
+    tasks = [_fake(f"c{i}", "conv2d", flops=10.0 + i) for i in range(6)] + [_fake("m", "matmul", flops=1.0)] + \
+            [_fake(f"s{i}", "softmax", flops=0.5) for i in range(2)]
+    got = select_tasks(tasks, 4)
+    assert [t.name for t in got] == ["c5", "m", "s0", "c4"] or [t.name for t in got] == ["c5", "m", "s1", "c4"]
+    assert select_tasks(tasks, 0) == tasks and select_tasks(tasks, 100) == tasks
+
+
+def test_stop_rule():
+    pts = lambda *xs: [{"measurements": m, "normalized": v} for m, v in xs]  # noqa: E731
+    assert converged(pts((10, None), (20, 1.0), (30, 0.8)), 10, 0.01) is None  # 20% gain
+    assert converged(pts((20, 1.0), (30, 0.995)), 10, 0.01).startswith("converged")
+    assert converged(pts((20, 1.0), (30, 0.995)), 20, 0.01) is None  # not N measurements yet
+    assert converged(pts((10, 1.0), (20, 0.9), (30, 0.895)), 10, 0.01).startswith("converged")
+    assert converged([], 10, 0.01) is None
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return [w.matmul(16), w.softmax()]
+
+
+@pytest.fixture(scope="module")
+def base_dir(tmp_path_factory, tasks, host):
+    from tlm.model.lm import build_tokenizer, new_model, save_model, space_words
+    from tlm.space.sampling import target_id
+
+    tok = build_tokenizer(space_words(tasks, host, walks=2))
+    out = tmp_path_factory.mktemp("base")
+    save_model(new_model("tiny", tok.get_vocab_size(), seed=1), tok, out,
+               {"preset": "tiny", "target": host.config, "target_id": target_id(host)})
+    return out
+
+
+@pytest.fixture(scope="module")
+def measurer(host):
+    """One measurer for the module: starting its worker pools is the slow part of a tiny loop."""
+    from tlm.measure.measurer import MeasureConfig, Measurer
+
+    with Measurer(host, MeasureConfig(repeat=2, min_repeat_ms=1, remeasure_top=0)) as m:
+        yield m
+
+
+def _config(base, work, **kw):
+    from tlm.measure.measurer import MeasureConfig
+
+    opts = dict(base=str(base), work=str(work), kb=2, kp=2, ft_steps=3, ft_lr=3e-3, ft_batch_size=2,
+                measure=MeasureConfig(repeat=2, min_repeat_ms=1, remeasure_top=0))
+    opts.update(kw)
+    return LoopConfig(**opts)
+
+
+def _records(work):
+    from tlm.measure.database import open_db
+
+    with open_db(str(work / "db")) as db:
+        return [(r.id, r.task_hash, r.round, r.proposer, r.sentence) for r in db.records()]
+
+
+@pytest.mark.tvm
+def test_two_rounds_stop_and_resume(base_dir, tasks, tmp_path, measurer):
+    work = tmp_path / "work"
+    res = run_loop(_config(base_dir, work, rounds=1), tasks, progress=False, measurer=measurer)
+    assert res["rounds"] == 1 and res["stopped"].startswith("reached") and res["measured_now"] == 2
+    first = _records(work)
+    assert len(first) == 2 and {r[2] for r in first} == {0} and all(r[3] == "tlm" and r[4] for r in first)
+    assert (work / "models" / "round-0" / "tlm.json").is_file()  # the stop waits for the fine-tuning
+    meta = json.loads((work / "models" / "round-0" / "tlm.json").read_text())
+    assert meta["finetuned_from"] == str(base_dir) and meta["demonstrations"] == 1
+
+    # The same command again: nothing left to do, nothing measured.
+    res = run_loop(_config(base_dir, work, rounds=1), progress=False, measurer=measurer)
+    assert res["measured_now"] == 0 and _records(work) == first
+
+    # Two rounds: only round 1 is measured (the other batch), with the round-0 model.
+    res = run_loop(_config(base_dir, work, rounds=2), progress=False, measurer=measurer)
+    recs = _records(work)
+    assert recs[:2] == first and len(recs) == 4 and {r[2] for r in recs[2:]} == {1}
+    assert {r[1] for r in recs} == {t.hash for t in tasks}
+    state = json.loads((work / "state.json").read_text())
+    assert [x["model"] for x in state["rounds"]] == ["base", "round-0"]
+    assert state["finetune"]["round"] == 1 and state["finetune"]["status"] == "done"
+    assert (work / "models" / "round-1" / "tlm.json").is_file()
+    for f in ("demos/round-0.jsonl", "logs/finetune-round-1.log", "config.json", "tasks.json"):
+        assert (work / f).is_file(), f
+    with open(work / "convergence.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["measurements"]) for r in rows] == [2, 4]
+    assert rows[0]["normalized"] == "" and float(rows[1]["normalized"]) == 1.0  # reference: every task measured
+    assert (work / "convergence.png").stat().st_size > 1000
+    assert res["normalized"] == 1.0 and res["model"].endswith("round-1")
+
+    with pytest.raises(TlmError, match="kb"):  # the batching of a work directory cannot change
+        run_loop(_config(base_dir, work, rounds=3, kb=1), progress=False, measurer=measurer)
+
+
+@pytest.mark.tvm
+def test_interrupted_round_is_not_measured_again(base_dir, tasks, tmp_path, monkeypatch, measurer):
+    from tlm.measure.measurer import Measurer
+
+    work = tmp_path / "work"
+    real = Measurer.measure
+    calls = []
+
+    def measure_then_die(self, cands):
+        calls.append(len(cands))
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # killed while measuring the second task of round 0
+        return real(self, cands)
+
+    monkeypatch.setattr(Measurer, "measure", measure_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        run_loop(_config(base_dir, work, kb=1, rounds=1, pipeline=False), tasks, progress=False, measurer=measurer)
+    partial = _records(work)
+    assert len(partial) == 2 and len({r[1] for r in partial}) == 1
+    assert json.loads((work / "state.json").read_text())["next_round"] == 0  # round 0 not committed
+
+    monkeypatch.setattr(Measurer, "measure", real)
+    res = run_loop(_config(base_dir, work, kb=1, rounds=1, pipeline=False), progress=False, measurer=measurer)
+    recs = _records(work)
+    assert recs[:2] == partial and len(recs) == 4 and res["measured_now"] == 2
+    assert {r[1] for r in recs[2:]} != {partial[0][1]} and {r[2] for r in recs} == {0}
+    assert res["normalized"] == 1.0 and (work / "models" / "round-0" / "tlm.json").is_file()
+
+
+def test_cli_loop_errors(tmp_path):
+    from tlm.cli import main
+
+    assert main(["loop", "--base", str(tmp_path / "none"), "--work", str(tmp_path / "w")]) == 2
+    assert main(["loop", "--base", str(tmp_path), "--work", str(tmp_path / "w"), "--kb", "0"]) == 2

@@ -1,0 +1,233 @@
+"""The TLM tuner with a tiny untrained model: exact budgets, stored sentences, resume, --budget 0."""
+
+import json
+
+import pytest
+import workloads_tir as w
+
+from tlm.errors import TlmError
+
+
+def tiny_model(tasks, target, out):
+    """An untrained tiny model whose vocabulary covers the tasks' design spaces."""
+    from tlm.model.lm import build_tokenizer, new_model, save_model, space_words
+    from tlm.space.sampling import target_id
+
+    tok = build_tokenizer(space_words(tasks, target, walks=1))
+    save_model(new_model("tiny", tok.get_vocab_size(), seed=1), tok, out,
+               {"preset": "tiny", "target": target.config, "target_id": target_id(target)})
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def tasks(matmul32):
+    return [matmul32, w.softmax()]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, tasks, host):
+    return tiny_model(tasks, host, tmp_path_factory.mktemp("tlm-tiny"))
+
+
+def _config(**kw):
+    from tlm.measure.measurer import MeasureConfig
+    from tlm.search.base import TuneConfig
+
+    return TuneConfig(batch_size=4, measure=MeasureConfig(repeat=2, min_repeat_ms=2, remeasure_top=1, builder_workers=1), **kw)
+
+
+def test_budget_zero_parses_for_tlm_only():
+    from tlm.search.base import parse_budget
+    from tlm.search.tlm_tuner import total_budget
+    from tlm.search.tune import tune
+
+    assert parse_budget("0", 3, allow_zero=True) == [0, 0, 0]
+    assert parse_budget("0g", 2, allow_zero=True) == [0, 0]
+    assert total_budget("3g", 4) == 12 and total_budget(5, 3) == 5
+    with pytest.raises(TlmError, match="bad budget"):
+        parse_budget("0", 2)
+    with pytest.raises(TlmError, match="bad budget"):
+        tune([], "random", "0")
+
+
+def test_default_model_dir(tmp_path, monkeypatch, host):
+    import tlm.model.lm as tt
+
+    monkeypatch.setattr(tt, "repo_root", lambda: tmp_path)
+    base = tmp_path / "pretrained" / f"tlm-base-{host.kind}-{host.isa}"
+    ft = tmp_path / "pretrained" / f"tlm-ft-{host.kind}-{host.isa}"
+    with pytest.raises(TlmError, match=f"tlm-ft-{host.kind}-{host.isa}") as err:
+        tt.default_model_dir(host)
+    assert f"tlm-base-{host.kind}-{host.isa}" in str(err.value) and "\n" not in str(err.value)
+    base.mkdir(parents=True)
+    assert tt.default_model_dir(host) == base
+    ft.mkdir()
+    assert tt.default_model_dir(host) == ft
+
+
+def test_missing_default_model_is_a_clean_error(tmp_path, monkeypatch, capsys, host, matmul32):
+    from types import SimpleNamespace
+
+    import tlm.graph.extract
+    import tlm.model.lm as tt
+    from tlm.cli import main
+    from tlm.search.tune import tune
+
+    monkeypatch.setattr(tt, "repo_root", lambda: tmp_path)
+    with pytest.raises(TlmError, match="no TLM model"):
+        tune([matmul32], "tlm", "0", str(tmp_path / "db"), target=host)
+    assert not (tmp_path / "db").exists()  # nothing touched
+    monkeypatch.setattr(tlm.graph.extract, "tasks_for_source", lambda source, target=None: SimpleNamespace(
+        tasks=[matmul32], target=host))
+    assert main(["tune", "toy", "--tuner", "tlm", "--budget", "0", "--db", str(tmp_path / "db")]) == 2
+    assert "no TLM model" in capsys.readouterr().err
+    assert main(["tune", "toy", "--tuner", "random", "--model", "m", "--db", str(tmp_path / "db")]) == 2
+
+
+@pytest.mark.tvm
+def test_budget_zero_stores_greedy_programs(tmp_path, host, tasks, model_dir):
+    from tlm.compiler.build import compile_database
+    from tlm.measure.database import GREEDY, open_db
+    from tlm.model.generate import Generator
+    from tlm.search.tune import tune
+
+    db_dir = str(tmp_path / "db")
+    rows = tune(tasks, "tlm", "0", db_dir, target=host, config=_config(), progress=False, model=model_dir)
+    assert [r["status"] for r in rows] == ["greedy", "greedy"] and all(r["measured"] == 0 for r in rows)
+    gen = Generator.from_dir(model_dir, host)
+    with open_db(db_dir) as db:
+        recs = db.records(target_key=host.key)
+        assert len(recs) == 2 and {r.proposer for r in recs} == {GREEDY}
+        assert all(r.median_s is None and r.latencies_s == [] and r.error is None for r in recs)
+        msdb, crows = compile_database(db, tasks, host)
+        for task in tasks:
+            assert db.best(task.hash, host.key) is None  # best() ignores unmeasured records
+            want = gen.generate(task, 1, greedy=True)[0].sentence
+            assert db.compile_record(task.hash, host.key).sentence == want
+            # What compile_relax applies for the task: the greedy program.
+            assert msdb.query_ir_module(task.mod, host.tvm(), "main") is not None
+        assert [r["status"] for r in crows] == ["greedy", "greedy"]
+    tune(tasks, "tlm", "0", db_dir, target=host, config=_config(), progress=False, model=model_dir)
+    with open_db(db_dir) as db:
+        assert db.count() == 2  # re-running stores nothing new
+
+
+class _Stub:
+    """A generator over a fixed pool of programs per task and a measurer with fixed latencies:
+    the tuner's budget and round logic without building anything."""
+
+    def __init__(self, pools, latency_us):
+        self.pools, self.latency_us, self.calls = pools, latency_us, []
+
+    def generate(self, task, n, *, greedy=False, seen=None, seed=0, **_):
+        from types import SimpleNamespace
+
+        pool = self.pools[task.hash][:1] if greedy else self.pools[task.hash]
+        out = []
+        for s in pool:
+            if len(out) < n and s not in (seen or ()):
+                trace = SimpleNamespace(as_json=lambda s=s: [s])
+                out.append(SimpleNamespace(sentence=s, logprob=0.0, schedule=SimpleNamespace(trace=trace)))
+        return out
+
+    def measure(self, cands):
+        from tlm.measure.measurer import MeasureResult
+
+        self.calls.append([(c.task.name, c.round, c.sentence) for c in cands])
+        return [MeasureResult(c, [c.sentence], [self.latency_us[c.task.hash] * 1e-6]) for c in cands]
+
+    def close(self):
+        pass
+
+
+def _fake_task(name, h, weight):
+    from tlm.graph.tasks import Task
+
+    return Task(name=name, hash=h, weight=weight, flops=1.0, kind=name, args=[], mod_json="{}")
+
+
+def test_budget_rounds_and_resume_logic(tmp_path):
+    """Greedy first for every task, then rounds to the largest weight x latency; an exhausted
+    task drops out; sentences and traces in the database are skipped; re-running resumes."""
+    from tlm.graph.target import TargetInfo
+    from tlm.measure.database import open_db
+    from tlm.measure.database import GREEDY
+    from tlm.search.tlm_tuner import PROPOSER, TlmTuner
+
+    target = TargetInfo({"kind": "llvm"}, "llvm", "fake", 1, 256, "avx2")
+    heavy, light = _fake_task("heavy", "aa01", 10), _fake_task("light", "bb02", 1)
+    pools = {heavy.hash: [f"heavy {i}" for i in range(3)], light.hash: [f"light {i}" for i in range(20)]}
+    stub = _Stub(pools, {heavy.hash: 100.0, light.hash: 50.0})
+
+    def run(budget):
+        with open_db(str(tmp_path / "db")) as db:
+            tuner = TlmTuner([heavy, light], db, target, _config(budget=budget, tuner="tlm"), progress=False,
+                             generator=stub)
+            tuner.measurer = stub
+            return tuner.run()
+
+    with open_db(str(tmp_path / "db")) as db:
+        db.add_record(light, target.key, ["light 1"], [1e-3], proposer="random")  # same trace: skipped
+        db.add_record(heavy, target.key, ["heavy 0"], [], proposer=GREEDY, sentence="heavy 0")
+    rows = run("10")
+    assert [r["measured"] for r in rows] == [3, 7]  # heavy's space is exhausted after 3 programs
+    # Round 0: each task's greedy program first, plus samples up to half its share (light's
+    # sample "light 1" is the trace of the random record: skipped).
+    assert stub.calls[0] == [("heavy", 0, "heavy 0"), ("heavy", 0, "heavy 1"), ("light", 0, "light 0")]
+    assert stub.calls[1][0] == ("heavy", 1, "heavy 2")  # then the heaviest task, until exhausted
+    assert all(len(c) <= 4 for c in stub.calls)  # batch size
+    with open_db(str(tmp_path / "db")) as db:
+        recs = db.records(proposer=PROPOSER)
+        assert len(recs) == 10 and len({r.sentence for r in recs}) == 10
+        assert "light 1" not in {r.sentence for r in recs}  # measured before by another proposer
+    n = len(stub.calls)
+    assert [r["measured"] for r in run("10")] == [3, 7] and len(stub.calls) == n  # resumed: nothing to do
+    assert [r["measured"] for r in run("12")] == [3, 9]
+    with open_db(str(tmp_path / "db")) as db:
+        recs = db.records(proposer=PROPOSER)
+        assert len({r.sentence for r in recs}) == 12 and recs[-1].round > recs[-3].round
+    assert [r["measured"] for r in run("40")] == [3, 19]  # both spaces exhausted: the budget is not spent
+
+
+@pytest.mark.tvm
+def test_tlm_tuner_measures_with_the_model(tmp_path, host, tasks, model_dir):
+    from tlm.compiler.build import compile_database
+    from tlm.measure.database import open_db
+    from tlm.model.generate import Generator
+    from tlm.search.tlm_tuner import PROPOSER
+    from tlm.search.tune import tune
+    from tlm.space.language import prompt_tokens
+
+    db_dir = str(tmp_path / "db")
+    tune(tasks, "tlm", "0", db_dir, target=host, config=_config(), progress=False, model=model_dir)
+    rows = tune(tasks, "tlm", "1g", db_dir, target=host, config=_config(), progress=False, model=model_dir)
+    assert [r["measured"] for r in rows] == [1, 1] and all(r["best_us"] > 0 for r in rows)
+    gen = Generator.from_dir(model_dir, host)
+    with open_db(db_dir) as db:
+        recs = db.records(target_key=host.key, proposer=PROPOSER)
+        assert len(recs) == 2 and db.get_meta("tune_config/tlm")["model"] == model_dir
+        for task, rec in zip(tasks, recs):
+            # The greedy program (the one --budget 0 stored) is measured first, with its sentence.
+            assert rec.task_hash == task.hash and rec.round == 0 and rec.trace_json and rec.error is None
+            assert rec.sentence == gen.generate(task, 1, greedy=True)[0].sentence
+            assert rec.sentence.startswith(" ".join(prompt_tokens(task, host)) + " ")
+        _, crows = compile_database(db, tasks, host)
+        assert [r["status"] for r in crows] == ["tuned", "tuned"]  # measured records beat greedy ones
+    tune(tasks, "tlm", "1g", db_dir, target=host, config=_config(), progress=False, model=model_dir)
+    with open_db(db_dir) as db:
+        assert db.count(proposer=PROPOSER) == 2  # resumed: nothing measured twice
+
+
+@pytest.mark.tvm
+def test_cli_tune_tlm_json(tmp_path, monkeypatch, capsys, host, tasks, model_dir):
+    from types import SimpleNamespace
+
+    import tlm.graph.extract
+    from tlm.cli import main
+
+    monkeypatch.setattr(tlm.graph.extract, "tasks_for_source", lambda source, target=None: SimpleNamespace(
+        tasks=tasks, target=host))
+    argv = ["tune", "toy", "--tuner", "tlm", "--budget", "0", "--model", model_dir, "--db", str(tmp_path / "db"), "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["measurements"] == 0 and [t["status"] for t in out["tasks"]] == ["greedy", "greedy"]

@@ -1,0 +1,7 @@
+"""Stage 6, compiler: a whole model, built with each task's chosen record, checked and timed.
+
+ImportedModel + database  --build-->  CompiledModel (checked against PyTorch / ONNX Runtime)
+
+- build.py   apply the records, build with Relax, check the output, time against PyTorch and ORT
+- job.py     the main job: `tlm compile` and `tlm.compile`, tuning with the TLM first on a budget
+"""

@@ -1,0 +1,275 @@
+"""Whole-model compile: apply the best record of each task, build, check, time, compare.
+
+Each task gets its fastest measured record for this target; a task with none gets
+its unmeasured greedy program from the TLM tuner (`--budget 0`, proposer "tlm-greedy") when
+there is one, else TVM's default schedule (compile_relax's DLight fallback). Records of other
+targets are never applied (the MetaSchedule database view holds only this target's records).
+The artifact is a shared library that `tvm.runtime.load_module` + `relax.VirtualMachine`
+reload; we time and check the reloaded one, so a wrong program (greedy ones included) fails
+the output check.
+The entry points (`tlm compile`, `tlm.compile`, tuning first with `--budget`) are in
+tlm/compiler/job.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from tlm.errors import TlmError
+
+# Outputs must match the reference within ATOL + RTOL * max|reference| (float32 end to end).
+RTOL = 1e-3
+ATOL = 1e-4
+
+
+@dataclass
+class CompileConfig:
+    repeat: int = 10  # timed repeats (median reported)
+    min_repeat_ms: int = 100
+    rtol: float = RTOL
+    atol: float = ATOL
+    compare: bool = True  # also time PyTorch eager and ONNX Runtime
+
+
+@dataclass
+class CompiledModel:
+    """A compiled model: call it with numpy arrays or torch tensors, get numpy back."""
+
+    vm: Any = field(repr=False)
+    artifact: str
+    latency_ms: float
+    max_abs_diff: float | None
+    tolerance: float | None
+    pytorch_ms: float | None = None
+    onnxruntime_ms: float | None = None
+    onnxruntime_note: str | None = None
+    tasks: int = 0
+    tuned_tasks: int = 0
+    greedy_tasks: int = 0  # tasks compiled with their unmeasured greedy program
+    measurements: int = 0
+    threads: int = 1
+    target: dict | None = None
+    task_rows: list = field(default_factory=list, repr=False)  # see compile_database
+    db: str | None = None
+    budget: str | None = None  # set when the model was tuned with the TLM tuner first
+    tune_s: float | None = None
+    wall_s: float | None = None  # tuning (if any) + build + check + timing
+
+    def __call__(self, *inputs):
+        import numpy as np
+        import tvm
+
+        dev = tvm.cpu()
+        args = [tvm.runtime.tensor(np.ascontiguousarray(_to_numpy(x)), dev) for x in inputs]
+        out = self.vm["main"](*args)
+        return _out_numpy(out)
+
+    @property
+    def matches(self) -> bool:
+        return self.max_abs_diff is not None and self.max_abs_diff <= (self.tolerance or 0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "latency_ms": self.latency_ms, "pytorch_ms": self.pytorch_ms,
+            "onnxruntime_ms": self.onnxruntime_ms, "onnxruntime_note": self.onnxruntime_note,
+            "max_abs_diff": self.max_abs_diff, "tolerance": self.tolerance, "matches": self.matches,
+            "measurements": self.measurements, "tasks": self.tasks, "tuned_tasks": self.tuned_tasks,
+            "greedy_tasks": self.greedy_tasks, "threads": self.threads, "artifact": self.artifact,
+            "target": self.target, "weighted_task_latency_us": self.weighted_task_latency_us,
+            "db": self.db, "budget": self.budget, "tune_s": self.tune_s, "wall_s": self.wall_s,
+            "task_rows": self.task_rows,
+        }
+
+    @property
+    def weighted_task_latency_us(self) -> float | None:
+        """Sum of weight x measured best latency over the tuned tasks."""
+        vals = [r["weight"] * r["best_us"] for r in self.task_rows if r.get("best_us")]
+        return sum(vals) if vals else None
+
+
+def _to_numpy(x):
+    if hasattr(x, "detach"):
+        return x.detach().cpu().numpy()
+    return x.numpy() if hasattr(x, "numpy") and not hasattr(x, "__array_interface__") else x
+
+
+def _out_numpy(out):
+    if hasattr(out, "numpy"):
+        return out.numpy()
+    return _out_numpy(out[0])  # a tuple output: the first element is the model's output
+
+
+def _median_ms(fn, repeat: int, min_repeat_ms: int) -> float:
+    """Median over `repeat` repeats of the mean of enough calls to last `min_repeat_ms`."""
+    fn()  # warm-up
+    t0 = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - t0, 1e-6)
+    number = max(1, int(min_repeat_ms / 1e3 / once))
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        times.append((time.perf_counter() - t0) / number)
+    return statistics.median(times) * 1e3
+
+
+def _pytorch_ms(module, example_inputs, threads: int, cfg: CompileConfig) -> float:
+    import torch
+
+    torch.set_num_threads(threads)
+    with torch.no_grad():
+        return _median_ms(lambda: module(*example_inputs), cfg.repeat, cfg.min_repeat_ms)
+
+
+def onnxruntime_runner(imported, threads: int) -> tuple[Callable[[], Any] | None, str | None]:
+    """A callable running the model in ONNX Runtime on `imported.inputs`; (None, reason) when no
+    ONNX model can be had."""
+    import onnxruntime as ort
+
+    path = imported.onnx_path
+    tmp = None
+    if path is None:
+        import torch
+
+        from tlm.errors import quiet_stderr
+
+        tmp = tempfile.mkdtemp(prefix="tlm-onnx-")
+        path = os.path.join(tmp, "model.onnx")
+        errors = []
+        for dynamo in (False, True):  # the TorchScript exporter needs no extra package
+            try:
+                with torch.no_grad(), quiet_stderr():
+                    torch.onnx.export(imported.torch_module, tuple(imported.example_inputs), path, dynamo=dynamo)
+                break
+            except Exception as err:  # e.g. the dynamo exporter needs `onnxscript`
+                errors.append(str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+            return None, "torch.onnx.export failed: " + " | ".join(errors)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    if tmp:  # the session holds the model in memory
+        shutil.rmtree(tmp, ignore_errors=True)
+    feed = {i.name: x for i, x in zip(sess.get_inputs(), imported.inputs)}
+    return (lambda: sess.run(None, feed)), None
+
+
+def _onnxruntime_ms(imported, threads: int, cfg: CompileConfig) -> tuple[float | None, str | None]:
+    """ONNX Runtime latency on the same inputs; (None, reason) when no ONNX model can be had."""
+    run, note = onnxruntime_runner(imported, threads)
+    return (None, note) if run is None else (_median_ms(run, cfg.repeat, cfg.min_repeat_ms), None)
+
+
+# run_secs given to an unmeasured greedy record in the MetaSchedule view (it is the task's only
+# record there, so the value only has to be a valid latency).
+GREEDY_PLACEHOLDER_S = 1.0
+
+
+def compile_database(database, tasks, target) -> tuple[Any, list[dict[str, Any]]]:
+    """(MetaSchedule database that compile_relax applies, one row per task).
+
+    The MetaSchedule view holds each task's fastest measured record for `target`, plus the
+    unmeasured greedy program (tlm-greedy) of tasks that have no measured record. Rows:
+    name, hash, weight, measured (records with a latency or an error), best_us, status
+    ("tuned", "greedy" or "untuned").
+    """
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+    from tvm.s_tir.schedule import Trace
+
+    from tlm.graph.target import resolve_target
+    from tlm.measure.database import GREEDY
+
+    info = resolve_target(target)
+    msdb = database.to_metaschedule(info)
+    tvm_target = info.tvm()
+    rows = []
+    for t in tasks:
+        rec = database.compile_record(t.hash, info.key)
+        best = rec if rec is not None and rec.proposer != GREEDY else None
+        measured = sum(1 for r in database.records(t.hash, info.key) if r.proposer != GREEDY)
+        status = "tuned" if best else "untuned"
+        if rec is not None and best is None:
+            try:
+                sch = Schedule(t.mod)
+                Trace.apply_json_to_schedule(rec.trace_json, sch)
+                workload = msdb.commit_workload(t.mod)
+                msdb.commit_tuning_record(TuningRecord(
+                    sch.trace, workload, [GREEDY_PLACEHOLDER_S], tvm_target, ArgInfo.from_prim_func(t.mod["main"])))
+                status = "greedy"
+            except Exception:  # a trace that no longer replays: the default schedule it is
+                pass
+        rows.append({"name": t.name, "hash": t.hash, "weight": t.weight, "measured": measured,
+                     "best_us": best.median_s * 1e6 if best else None, "status": status})
+    return msdb, rows
+
+
+def compile_imported(imported, db: str, target=None, output: str | None = None,
+                     config: CompileConfig | None = None, tasks=None) -> CompiledModel:
+    """Compile an `ImportedModel` (tlm.graph.extract) with the best records of `db` for `target`."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    from tlm.errors import quiet_stderr
+    from tlm.graph.extract import extract_from_relax
+    from tlm.graph.target import resolve_target
+    from tlm.measure.database import open_db
+    from tlm.space.intrin import light_tensor_intrin
+
+    cfg = config or CompileConfig()
+    info = resolve_target(target)
+    light_tensor_intrin()
+    database = open_db(db, create=False)
+    try:
+        if tasks is None:
+            tasks = extract_from_relax(imported.mod, info)
+        msdb, rows = compile_database(database, tasks, info)
+    finally:
+        database.close()
+    tuned = sum(1 for r in rows if r["status"] == "tuned")
+    measurements = sum(r["measured"] for r in rows)
+    try:
+        with quiet_stderr():
+            ex = ms.relax_integration.compile_relax(msdb, imported.mod, info.tvm(), params=None)
+    except Exception as err:
+        lines = str(err).strip().splitlines()
+        raise TlmError(f"whole-model build failed: {lines[-1] if lines else err}") from None
+    artifact = output or os.path.join(tempfile.mkdtemp(prefix="tlm-model-"), "model.so")
+    os.makedirs(os.path.dirname(os.path.abspath(artifact)), exist_ok=True)
+    ex.export_library(artifact)
+    dev = tvm.cpu()
+    vm = relax.VirtualMachine(tvm.runtime.load_module(artifact), dev)  # check the saved artifact
+    model = CompiledModel(vm=vm, artifact=os.path.abspath(artifact), latency_ms=0.0, max_abs_diff=None,
+                          tolerance=None, tasks=len(tasks), tuned_tasks=tuned, measurements=measurements,
+                          threads=info.cores, target=info.config, task_rows=rows, db=os.path.abspath(db),
+                          greedy_tasks=sum(1 for r in rows if r["status"] == "greedy"))
+    got = model(*imported.inputs)
+    want = np.asarray(imported.reference(imported.inputs))
+    if got.shape != want.shape:
+        raise TlmError(f"compiled output shape {got.shape} differs from the reference {want.shape}")
+    model.max_abs_diff = float(np.max(np.abs(got.astype("float64") - want.astype("float64"))))
+    model.tolerance = cfg.atol + cfg.rtol * float(np.max(np.abs(want)))
+    args = [tvm.runtime.tensor(np.ascontiguousarray(x), dev) for x in imported.inputs]
+    timer = vm.time_evaluator("main", dev, number=1, repeat=cfg.repeat, min_repeat_ms=cfg.min_repeat_ms)
+    model.latency_ms = float(statistics.median(timer(*args).results)) * 1e3
+    if cfg.compare:
+        if imported.torch_module is not None:
+            model.pytorch_ms = _pytorch_ms(imported.torch_module, imported.example_inputs, info.cores, cfg)
+        try:
+            model.onnxruntime_ms, model.onnxruntime_note = _onnxruntime_ms(imported, info.cores, cfg)
+        except Exception as err:  # a comparison that cannot run is reported, not fatal
+            model.onnxruntime_note = f"{type(err).__name__}: {str(err).strip()[:200]}"
+    return model

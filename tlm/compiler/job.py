@@ -1,0 +1,186 @@
+"""The main job: `tlm compile SOURCE [--budget Kg] [--db DIR]` and `tlm.compile(...)`.
+
+`tlm compile SOURCE --db DIR [-o OUT] [--json]` and `compile_model(module, example_inputs,
+db=...)` compile with the records of a database (tlm/compiler/build.py). With `--budget Kg`
+(`compile_model(..., budget=)`) the model's tasks are first tuned with the TLM tuner
+(tlm/search/tlm_tuner.py), into `--db` or a run directory under the tlm cache, then compiled in one go.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from tlm.compiler.build import CompileConfig, CompiledModel, compile_imported
+from tlm.errors import TlmError
+
+
+def default_run_dir(source: str, target) -> str:
+    """Where `--budget` without `--db` keeps its records: TLM_CACHE/runs/SOURCE-TARGETDIGEST.
+
+    Records are keyed by task and target, so models that share tasks may share the directory."""
+    import hashlib
+    import re
+
+    from tlm.graph.extract import cache_dir
+    from tlm.graph.target import resolve_target
+
+    info = resolve_target(target)
+    name = os.path.basename(source)[: -len(".onnx")] if source.endswith(".onnx") else source
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_.") or "model"
+    digest = hashlib.sha256(info.key.encode()).hexdigest()[:12]
+    return str(cache_dir() / "runs" / f"{slug[:60]}-{digest}")
+
+
+def tune_and_compile(imported, tasks, target, *, db: str | None, budget: str | int | None,
+                     model: str | None = None, tune_config=None, output: str | None = None,
+                     config: CompileConfig | None = None, progress: bool = False) -> CompiledModel:
+    """Tune `tasks` with the TLM tuner to `budget` (unless it is None), then compile."""
+    from tlm.graph.target import resolve_target
+
+    info = resolve_target(target)
+    t0 = time.perf_counter()
+    tune_s = None
+    if budget is not None:
+        from tlm.search.base import TuneConfig
+        from tlm.search.tune import tune
+
+        db = db or default_run_dir(imported.source, info)
+        tune(list(tasks), "tlm", budget, db, target=info, config=tune_config or TuneConfig(),
+             progress=progress, model=model)
+        tune_s = time.perf_counter() - t0
+    elif db is None:
+        raise TlmError("a record database (db) is needed unless a budget is given")
+    elif model is not None:
+        raise TlmError("a model is only used with a budget (it tunes the tasks first)")
+    if not os.path.isdir(db):
+        raise TlmError(f"no record database directory {db}")
+    out = compile_imported(imported, db, target=info, output=output, config=config, tasks=tasks)
+    out.budget = None if budget is None else str(budget)
+    out.tune_s = tune_s
+    out.wall_s = time.perf_counter() - t0
+    return out
+
+
+def compile_model(module, example_inputs=None, *, db: str | None = None, target=None,
+                  output: str | None = None, config: CompileConfig | None = None,
+                  budget: str | int | None = None, model: str | None = None, tune_config=None,
+                  progress: bool = False) -> CompiledModel:
+    """`tlm.compile`: a torch.nn.Module (with example inputs), a zoo name or an .onnx path ->
+    a callable compiled model with its latency figures.
+
+    With `budget` (e.g. "4g", 200 or 0) the model's tasks are first tuned with the TLM tuner
+    (`model`: its model directory, default the shipped one) into `db` (default: a run
+    directory under the tlm cache); without it `db` is required and only read."""
+    from tlm.graph.extract import extract_from_relax, tasks_for_source
+    from tlm.graph.importer import import_source, import_torch
+    from tlm.graph.target import resolve_target
+
+    info = resolve_target(target)
+    if isinstance(module, str):
+        imported = import_source(module)
+        tasks = tasks_for_source(module, target=info).tasks
+    else:
+        if example_inputs is None:
+            raise TlmError("example_inputs are required to compile a torch module")
+        imported = import_torch(module, example_inputs)
+        tasks = extract_from_relax(imported.mod, info)
+    return tune_and_compile(imported, tasks, info, db=db, budget=budget, model=model,
+                            tune_config=tune_config, output=output, config=config, progress=progress)
+
+
+def _fmt_us(row: dict[str, Any]) -> str:
+    if row["best_us"]:
+        return f"{row['best_us']:.1f}"
+    return "greedy" if row["status"] == "greedy" else "untuned"
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    from tlm.graph.extract import tasks_for_source
+    from tlm.graph.importer import import_source
+    from tlm.graph.target import resolve_target
+    from tlm.search.base import TuneConfig
+
+    t0 = time.perf_counter()
+    if args.budget is None and args.db is None:
+        raise TlmError("give --db DIR (a tuned record database) or --budget B|Kg (tune with the TLM tuner first)")
+    if args.budget is None and args.model is not None:
+        raise TlmError("--model needs --budget (it tunes the tasks first)")
+    if args.budget is None and not os.path.isdir(args.db):
+        raise TlmError(f"no record database directory {args.db}")
+    if args.budget is not None:
+        from tlm.search.base import parse_budget
+
+        parse_budget(args.budget, 1, allow_zero=True)  # a bad budget fails before the import
+    info = resolve_target(args.target)
+    tasks = tasks_for_source(args.source, target=info).tasks
+    cfg = CompileConfig(repeat=args.repeat, compare=not args.no_compare)
+    tcfg = TuneConfig(batch_size=args.batch_size, seed=args.seed)
+    progress = not args.json and sys.stderr.isatty() or args.progress
+    model = tune_and_compile(import_source(args.source), tasks, info, db=args.db, budget=args.budget,
+                             model=args.model, tune_config=tcfg, output=args.output, config=cfg,
+                             progress=progress)
+    model.wall_s = time.perf_counter() - t0  # the whole command, task extraction included
+    report = {"source": args.source, **model.to_json()}
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        console = Console(width=None if sys.stdout.isatty() else 200)
+        tasks_table = Table(title=f"{args.source}: tasks ({model.tuned_tasks} tuned, "
+                                  f"{model.greedy_tasks} greedy, of {model.tasks})")
+        for col in ("#", "task", "weight", "measured", "best us"):
+            tasks_table.add_column(col, justify="left" if col == "task" else "right")
+        for i, r in enumerate(model.task_rows):
+            tasks_table.add_row(str(i), r["name"], str(r["weight"]), str(r["measured"]), _fmt_us(r))
+        est = model.weighted_task_latency_us
+        tasks_table.caption = ("total weighted latency of the tuned tasks: "
+                               + ("-" if est is None else f"{est / 1e3:.3f} ms"))
+        console.print(tasks_table)
+        fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+        table = Table(title=f"{args.source}: {model.tuned_tasks}/{model.tasks} tasks tuned, "
+                            f"{model.measurements} measurements, {model.threads} threads")
+        for col in ("runtime", "median ms"):
+            table.add_column(col, justify="right" if col != "runtime" else "left")
+        table.add_row("tlm (TVM)", fmt(model.latency_ms))
+        table.add_row("PyTorch eager", fmt(model.pytorch_ms))
+        table.add_row("ONNX Runtime", fmt(model.onnxruntime_ms))
+        console.print(table)
+        verdict = "match" if model.matches else "MISMATCH"
+        print(f"outputs {verdict}: max abs diff {model.max_abs_diff:.3g} (tolerance {model.tolerance:.3g})")
+        if model.onnxruntime_note:
+            print(f"ONNX Runtime: {model.onnxruntime_note}")
+        budget = f", budget {model.budget}" if model.budget is not None else ""
+        tuning = f" ({model.tune_s:.1f} s tuning)" if model.tune_s is not None else ""
+        print(f"measurements: {model.measurements}{budget}; wall time {model.wall_s:.1f} s{tuning}")
+        print(f"records: {model.db}")
+        print(f"artifact: {model.artifact}")
+    return 0 if model.matches else 3
+
+
+def register_cli(sub) -> None:
+    p = sub.add_parser("compile", help="build a whole model with the best records (optionally tune it first) and compare it")
+    p.add_argument("source", help="a zoo workload name or a path to an .onnx file")
+    p.add_argument("--db", default=None,
+                   help="record database directory (with --budget: default a run directory under the tlm cache)")
+    p.add_argument("--budget", default=None,
+                   help="tune with the TLM tuner first: total measurements B, Kg for K per task, "
+                        "or 0 for each task's greedy program without measuring")
+    p.add_argument("--model", default=None,
+                   help="TLM model directory for --budget (default: the shipped one for the target)")
+    p.add_argument("-o", "--output", default=None, help="where to save the compiled library (.so)")
+    p.add_argument("--target", default=None, help="'host' (default), or a TVM target as JSON")
+    p.add_argument("--repeat", type=int, default=10, help="timed repeats (median)")
+    p.add_argument("--no-compare", action="store_true", help="skip PyTorch / ONNX Runtime timing")
+    p.add_argument("--batch-size", type=int, default=16, help="--budget: candidates measured per batch")
+    p.add_argument("--seed", type=int, default=0, help="--budget: sampling seed")
+    p.add_argument("--progress", action="store_true", help="show tuning progress even when not a terminal")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_compile)

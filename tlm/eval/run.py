@@ -1,0 +1,253 @@
+"""`tlm eval --suite quick|standard|large|full --out DIR [--dry-run]`: the paper's evaluation, resumable.
+
+Steps (each skipped when its output exists; every measurement stays in OUT/dbs): peak (timed
+2048^3 torch.mm); per workload MetaSchedule at the large budget and the TLM budgets in order in
+one database, sqlite-backed-up after each budget (OUT/dbs/W/tlm@B), a JSON log per step
+(OUT/logs); e2e (every snapshot compiled, timed interleaved with PyTorch and ONNX Runtime);
+subgraph (one task per type tuned alone by TLM; "MS after k" from MetaSchedule's records in
+measurement order); generator cost. The plan is tlm.eval.suites; tlm.eval.tables then writes
+the CSVs and tlm.eval.report summary.md and the PNGs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import time
+from contextlib import closing
+from pathlib import Path
+from typing import Any, Callable
+
+from tlm.eval.suites import EvalConfig, SUITES, Step, build_plan, db_dir, describe_plan, log_path, run_plan
+from tlm.eval.tables import representatives, write_csv, write_tables
+
+
+def snapshot(src_dir: str, dst_dir: str) -> None:
+    """Copy a record database consistently (sqlite backup), atomically into `dst_dir`."""
+    from tlm.measure.database import DB_FILE
+
+    shutil.rmtree(tmp := dst_dir + ".tmp", ignore_errors=True)
+    os.makedirs(tmp)
+    with closing(sqlite3.connect(os.path.join(src_dir, DB_FILE))) as src, \
+            closing(sqlite3.connect(os.path.join(tmp, DB_FILE))) as dst:
+        src.backup(dst)
+    shutil.rmtree(dst_dir, ignore_errors=True)
+    os.replace(tmp, dst_dir)
+
+
+class Runner:
+    """Executes steps for real (tuning, compiling, timing); tests inject a fake instead."""
+
+    def __init__(self, cfg: EvalConfig, target=None):
+        from tlm.graph.target import resolve_target
+
+        self.cfg, self.target, self._tasks = cfg, resolve_target(target), {}
+
+    def tasks(self, w: str) -> list:
+        from tlm.graph.extract import tasks_for_source
+
+        if w not in self._tasks:
+            self._tasks[w] = tasks_for_source(w, target=self.target).tasks
+        return self._tasks[w]
+
+    def reps(self) -> list[tuple[str, Any]]:  # (workload, task): one task per type
+        return representatives({w: self.tasks(w) for w in self.cfg.workloads})
+
+    def __call__(self, st: Step) -> None:
+        getattr(self, "_" + st.kind)(st)  # _peak, _tune, _subgraph, _generator, _e2e
+
+    def _logged(self, st: Step, fn, db: str | None, proposer: str | None) -> None:
+        """Run fn, then write the step's JSON log (measurements added, wall seconds; the time of
+        an interrupted earlier attempt is carried over in LOG.partial)."""
+        from tlm.measure.database import open_db
+
+        def count():
+            if not db or not os.path.isdir(db):
+                return 0
+            with open_db(db) as d:
+                return d.count(None, self.target.key, proposer)
+
+        path = Path(log_path(self.cfg, st.id))
+        partial = path.with_suffix(".partial")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        before_s = json.loads(partial.read_text())["wall_s"] if partial.exists() else 0.0
+        n0, t0 = count(), time.perf_counter()
+        try:
+            fn()
+        except BaseException:
+            partial.write_text(json.dumps({"wall_s": before_s + time.perf_counter() - t0}))
+            raise
+        path.write_text(json.dumps({
+            "step": st.id, "workload": st.workload, "method": st.method, "budget": st.budget,
+            "measurements": count() - n0, "total_measurements": count(), "wall_s": before_s + time.perf_counter() - t0,
+            "finished": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=1))
+        partial.unlink(missing_ok=True)
+
+    def _peak(self, st: Step) -> None:
+        import torch
+
+        torch.set_num_threads(self.target.cores)
+        a, b, n = torch.randn(2048, 2048), torch.randn(2048, 2048), 2048
+        best_ms = min(interleaved({"mm": lambda: torch.mm(a, b)}, rounds=5, min_ms=300)["mm"])
+        Path(st.outputs[0]).write_text(json.dumps(
+            {"gflops": 2 * n**3 / best_ms / 1e6, "n": n, "threads": self.target.cores, "cpu": self.target.cpu}))
+
+    def _tune(self, st: Step) -> None:
+        from tlm.search.base import TuneConfig
+        from tlm.search.tune import tune
+
+        live = db_dir(self.cfg, st.workload, st.method)
+
+        def run():
+            tune(self.tasks(st.workload), st.method, st.budget, live, target=self.target,
+                 config=TuneConfig(seed=self.cfg.seed), progress=True)
+            if st.method == "tlm":
+                snapshot(live, st.outputs[0])  # what this budget compiles; the next one continues `live`
+        self._logged(st, run, live, st.method)
+
+    def _subgraph(self, st: Step) -> None:
+        from tlm.measure.database import open_db
+        from tlm.search.base import TuneConfig
+        from tlm.search.tune import tune
+
+        db, k = db_dir(self.cfg, "subgraph", "tlm"), max(self.cfg.subgraph_ks)
+
+        def run():
+            for _, t in self.reps():
+                with open_db(db) as d:
+                    if d.count(t.hash, self.target.key, "tlm") >= k:
+                        continue
+                tune([t], "tlm", f"{k}g", db, target=self.target, config=TuneConfig(seed=self.cfg.seed))
+        self._logged(st, run, db, "tlm")
+
+    def _generator(self, st: Step) -> None:
+        import torch
+
+        from tlm.model.generate import Generator
+        from tlm.model.lm import default_model_dir
+
+        torch.set_num_threads(self.target.cores)
+        gen = Generator.from_dir(default_model_dir(self.target), self.target)
+        rows = []
+        for w, t in self.reps()[: self.cfg.generator_tasks]:
+            for mode, n in (("greedy", 1), ("sampled", 16)):
+                gen.forward_calls, t0 = 0, time.perf_counter()
+                valid = len(gen.generate(t, n, greedy=mode == "greedy", seed=self.cfg.seed))
+                s, per = time.perf_counter() - t0, max(1, valid)
+                rows.append({"workload": w, "task": t.name, "kind": t.kind, "mode": mode, "requested": n,
+                             "valid": valid, "model_passes": gen.forward_calls, "seconds": s,
+                             "passes_per_program": gen.forward_calls / per, "ms_per_program": s * 1e3 / per})
+        write_csv(st.outputs[0], rows)
+
+    def _e2e(self, st: Step) -> None:
+        import numpy as np
+        import torch
+        import tvm
+
+        from tlm.compiler.build import CompileConfig, compile_imported
+        from tlm.graph.importer import import_source
+
+        w, cfg, threads = st.workload, self.cfg, self.target.cores
+        torch.set_num_threads(threads)
+        imported = import_source(w)
+        rows, fns = [], {}
+        args = [tvm.runtime.tensor(np.ascontiguousarray(x), tvm.cpu()) for x in imported.inputs]
+        for label in [f"metaschedule@{cfg.ms_budget}"] + [f"tlm@{b}" for b in cfg.tlm_budgets]:
+            db, t0 = db_dir(cfg, w, "metaschedule" if label.startswith("metaschedule") else label), time.perf_counter()
+            try:
+                m = compile_imported(imported, db, target=self.target, tasks=self.tasks(w),
+                                     config=CompileConfig(repeat=3, min_repeat_ms=50, compare=False))
+            except Exception as err:  # noqa: BLE001 - the other contenders are still timed
+                rows.append({"workload": w, "method": label, "error": f"{type(err).__name__}: {err}"[:300]})
+                continue
+            rows.append({"workload": w, "method": label, "measurements": m.measurements, "matches": m.matches,
+                         "max_abs_diff": m.max_abs_diff, "compile_s": time.perf_counter() - t0,
+                         "task_estimate_ms": (m.weighted_task_latency_us or 0) / 1e3 or None,
+                         "tuned_tasks": m.tuned_tasks, "greedy_tasks": m.greedy_tasks, "tasks": m.tasks})
+            fns[label] = lambda vm=m.vm: vm["main"](*args)
+        if imported.torch_module is not None:
+            mod, ex = imported.torch_module.eval(), imported.example_inputs
+            fns["pytorch"] = lambda: mod(*ex)
+        if (ort := _onnx_session(imported, threads)) is not None:
+            fns["onnxruntime"] = ort
+        rows += [{"workload": w, "method": k} for k in ("pytorch", "onnxruntime") if k in fns]
+        times = interleaved(fns, cfg.rounds)
+        for r in (r for r in rows if r["method"] in times):
+            r.update(e2e_ms=statistics.median(times[r["method"]]), e2e_min_ms=min(times[r["method"]]),
+                     rounds=cfg.rounds, threads=threads)
+        os.makedirs(os.path.dirname(st.outputs[0]), exist_ok=True)
+        Path(st.outputs[0]).write_text(json.dumps({"workload": w, "rows": rows, "times_ms": times}, indent=1))
+
+
+def _onnx_session(imported, threads: int):
+    """A callable running the model in ONNX Runtime, or None when it cannot be had."""
+    from tlm.compiler.build import onnxruntime_runner
+
+    try:
+        run, note = onnxruntime_runner(imported, threads)
+    except Exception as err:  # noqa: BLE001 - a missing ORT figure is reported, not fatal
+        run, note = None, f"{type(err).__name__}: {err}"
+    if run is None:
+        print(f"[eval] onnxruntime skipped: {note}")
+    return run
+
+
+def interleaved(fns: dict[str, Callable], rounds: int, min_ms: float = 200.0) -> dict[str, list[float]]:
+    """ms per call of every contender, once per round, contenders interleaved within a round."""
+    import torch
+
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    with torch.no_grad():
+        [fn() for fn in fns.values()]  # warm-up
+        for _ in range(max(1, rounds)):
+            for k, fn in fns.items():
+                n, t0 = 0, time.perf_counter()
+                while (el := time.perf_counter() - t0) * 1e3 < min_ms or n == 0:
+                    fn()
+                    n += 1
+                times[k].append(el * 1e3 / n)
+    return times
+
+
+def evaluate(cfg: EvalConfig, dry_run: bool = False, runner=None, log=print) -> int:
+    """Run (or with dry_run print) the plan, then write the tables and the report."""
+    from tlm.eval.report import write_report
+
+    if dry_run:
+        from tlm.graph.extract import cached_tasks
+        from tlm.graph.target import resolve_target
+
+        info, tbw = resolve_target(None), {}
+        for w in cfg.workloads:  # estimates only from the task cache: a dry run imports no model
+            if (cached := cached_tasks(w, info)) is not None:
+                tbw[w] = cached.tasks
+        types = len(representatives(tbw)) if len(tbw) == len(cfg.workloads) else None
+        log(describe_plan(cfg, build_plan(cfg, {w: len(t) for w, t in tbw.items()}, types)))
+        return 0
+    cfg.save()
+    runner = runner or Runner(cfg)
+    status = run_plan(build_plan(cfg), runner, log)
+    if isinstance(runner, Runner):
+        write_tables(cfg, {w: runner.tasks(w) for w in cfg.workloads}, runner.target.key)
+    write_report(cfg.out)
+    bad = [k for k, v in status.items() if v in ("failed", "blocked")]
+    log(f"[eval] report: {os.path.join(cfg.out, 'summary.md')}" + (f"; failed/blocked: {bad}" if bad else ""))
+    return 1 if bad else 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    return evaluate(EvalConfig.for_suite(args.suite, args.out, args.workloads, rounds=args.rounds), args.dry_run)
+
+
+def register_cli(sub) -> None:
+    p = sub.add_parser("eval", help="the paper's evaluation (subgraph, end-to-end, cost, efficiency), resumable")
+    p.add_argument("--suite", choices=tuple(SUITES), default="quick")
+    p.add_argument("--out", default="results", help="output directory (databases, CSVs, summary.md, PNGs)")
+    p.add_argument("--workloads", nargs="+", default=None, help="override the suite's workloads")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved end-to-end timing rounds (default 5)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and estimated measurements only")
+    p.set_defaults(func=_cmd_eval)

@@ -1,0 +1,161 @@
+"""The evaluation's plan: suites (workloads and budgets), the config saved with the results,
+and the resumable steps (each skipped when its outputs exist) with their output paths.
+
+`tlm eval` runs the plan (tlm.eval.run), then writes the tables (tlm.eval.tables) and the
+report (tlm.eval.report).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from tlm.errors import TlmError
+
+SUITES = {
+    # quick (< 1 h here) is a subset of standard with the same budgets: both can share one --out.
+    "quick": dict(workloads=["dcgan", "bert_tiny"], ms_budget="16g",
+                  tlm_budgets=["0", "1g", "10g"], subgraph_ks=[1, 10]),
+    "standard": dict(workloads=["dcgan", "bert_tiny", "bert_base", "gpt2", "resnet_50"], ms_budget="16g",
+                     tlm_budgets=["0", "1g", "10g"], subgraph_ks=[1, 10]),
+    # MetaSchedule at the issue's large budget (64g) on one transformer, in its own --out.
+    "large": dict(workloads=["bert_base"], ms_budget="64g", tlm_budgets=["0", "1g", "10g"],
+                  subgraph_ks=[1, 10]),
+    "full": dict(workloads=["mobilenet_v2", "resnet_50", "bert_tiny", "bert_base", "dcgan", "resnext_50"],
+                 ms_budget="64g", tlm_budgets=["0", "1g", "10g", "32g"], subgraph_ks=[1, 10, 32, 64]),
+}
+COMPUTE_KINDS = ("conv1d", "conv2d", "conv3d", "conv2d_transpose", "conv3d_transpose", "matmul", "batch_matmul",
+                 "dense")
+
+
+@dataclass
+class EvalConfig:
+    suite: str = "quick"
+    out: str = "results"
+    workloads: list[str] = field(default_factory=list)
+    ms_budget: str = "16g"
+    tlm_budgets: list[str] = field(default_factory=list)
+    subgraph_ks: list[int] = field(default_factory=list)
+    rounds: int = 5
+    seed: int = 0
+    generator_tasks: int = 4
+
+    @classmethod
+    def for_suite(cls, suite: str, out: str, workloads: list[str] | None = None, **kw) -> EvalConfig:
+        if suite not in SUITES:
+            raise TlmError(f"bad suite {suite!r}: use one of {', '.join(SUITES)}")
+        base = {k: list(v) if isinstance(v, list) else v for k, v in SUITES[suite].items()}
+        if workloads:
+            base["workloads"] = list(workloads)
+        base.update({k: v for k, v in kw.items() if v is not None})
+        cfg = cls(suite=suite, out=str(out), **{**base, "tlm_budgets": [str(b) for b in base["tlm_budgets"]]})
+        if max(cfg.subgraph_ks) > per_task(cfg.ms_budget):
+            raise TlmError(f"subgraph k up to {max(cfg.subgraph_ks)} needs a MetaSchedule budget of at "
+                           f"least {max(cfg.subgraph_ks)}g (have {cfg.ms_budget})")
+        return cfg
+
+    def save(self) -> None:
+        """Write OUT/config.json; a resumed run must keep the budgets and seed (else a new --out)."""
+        path, keys = Path(self.out) / "config.json", ("ms_budget", "tlm_budgets", "subgraph_ks", "seed")
+        old = json.loads(path.read_text()) if path.is_file() else asdict(self)
+        if any(old.get(k) != asdict(self)[k] for k in keys):
+            raise TlmError(f"{path} holds other budgets ({ {k: old.get(k) for k in keys} }); use another --out")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(self), indent=1))
+
+
+def per_task(budget: str | int, zero_ok: bool = False) -> int:
+    m = re.fullmatch(r"(\d+)g", str(budget).strip().lower())
+    if not m and not (zero_ok and str(budget) == "0"):
+        raise TlmError(f"eval budgets are per task (Kg, or 0 for TLM), not {budget!r}")
+    return int(m.group(1)) if m else 0
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.@-]+", "_", text)
+
+
+@dataclass
+class Step:
+    id: str
+    kind: str  # peak | tune | subgraph | generator | e2e
+    outputs: list[str]
+    workload: str | None = None
+    method: str | None = None  # metaschedule | tlm
+    budget: str | None = None
+    deps: list[str] = field(default_factory=list)
+    measurements: int | None = None  # estimate (None: unknown until the tasks are known)
+
+    def done(self) -> bool:
+        return all(os.path.exists(p) for p in self.outputs)
+
+
+def db_dir(cfg: EvalConfig, workload: str, name: str) -> str:
+    return os.path.join(cfg.out, "dbs", slug(workload), name)
+
+
+def log_path(cfg: EvalConfig, step_id: str) -> str:
+    return os.path.join(cfg.out, "logs", slug(step_id) + ".json")
+
+
+def build_plan(cfg: EvalConfig, task_counts: dict[str, int] | None = None,
+               num_types: int | None = None) -> list[Step]:
+    """The ordered steps; `task_counts` (tasks per workload) and `num_types` only feed estimates."""
+    counts = task_counts or {}
+    out = cfg.out
+    steps = [Step("peak", "peak", [os.path.join(out, "peak.json")], measurements=0)]
+    for w in cfg.workloads:
+        n = counts.get(w)
+        ms_id = f"tune:{w}:metaschedule@{cfg.ms_budget}"
+        steps.append(Step(ms_id, "tune", [log_path(cfg, ms_id)], w, "metaschedule", cfg.ms_budget,
+                          measurements=None if n is None else n * per_task(cfg.ms_budget)))
+        prev, deps = 0, [ms_id]
+        for b in cfg.tlm_budgets:  # each budget continues the previous one (same database)
+            sid, k = f"tune:{w}:tlm@{b}", per_task(b, zero_ok=True)
+            steps.append(Step(sid, "tune", [db_dir(cfg, w, f"tlm@{b}"), log_path(cfg, sid)], w, "tlm", b,
+                              deps=deps[1:][-1:], measurements=None if n is None else n * max(0, k - prev)))
+            prev, deps = max(prev, k), deps + [sid]
+        steps.append(Step(f"e2e:{w}", "e2e", [os.path.join(out, "e2e", slug(w) + ".json")], w, deps=deps,
+                          measurements=0))
+    sub_id = "subgraph:" + "+".join(cfg.workloads)  # more workloads add task types: run again
+    steps.append(Step(sub_id, "subgraph", [log_path(cfg, sub_id)], method="tlm",
+                      budget=f"{max(cfg.subgraph_ks)}g",
+                      measurements=None if num_types is None else num_types * max(cfg.subgraph_ks)))
+    steps.append(Step("generator", "generator", [os.path.join(out, "generator.csv")], measurements=0))
+    return steps
+
+
+def run_plan(steps: list[Step], runner: Callable[[Step], None], log=print) -> dict[str, str]:
+    """Run the steps whose outputs are missing, in order; {step id: done|skipped|failed|blocked}."""
+    status: dict[str, str] = {}
+    for st in steps:
+        if st.done() or any(status.get(d) in ("failed", "blocked") for d in st.deps):
+            status[st.id] = "skipped" if st.done() else "blocked"
+            log(f"[eval] {st.id}: {status[st.id]}")
+            continue
+        log(f"[eval] {st.id} ...")
+        try:
+            runner(st)
+            status[st.id] = "done"
+        except KeyboardInterrupt:
+            raise
+        except Exception as err:  # one failed step does not lose the others
+            status[st.id] = "failed"
+            log(f"[eval] {st.id}: FAILED: {type(err).__name__}: {str(err).strip()[:300]}")
+    return status
+
+
+def describe_plan(cfg: EvalConfig, steps: list[Step]) -> str:
+    lines = [f"tlm eval --suite {cfg.suite} --out {cfg.out}",
+             f"workloads: {', '.join(cfg.workloads)}; MetaSchedule {cfg.ms_budget}; TLM budgets "
+             f"{', '.join(cfg.tlm_budgets)}; subgraph k {cfg.subgraph_ks}; {cfg.rounds} timing rounds", ""]
+    for st in steps:
+        lines.append(f"  {st.id:<40} {'?' if st.measurements is None else st.measurements:>7} measurements  "
+                     + ("done (skipped)" if st.done() else "to run"))
+    unknown = " (some unknown)" if any(s.measurements is None for s in steps) else ""
+    lines.append(f"estimated measurements: {sum(s.measurements or 0 for s in steps)}{unknown}")
+    return "\n".join(lines)

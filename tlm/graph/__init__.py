@@ -1,0 +1,10 @@
+"""Stage 1, graph: a model becomes the tuning tasks (fused subgraphs) of a target.
+
+zoo name | torch.nn.Module | .onnx  --importer-->  ImportedModel (Relax)  --extract-->  [Task]
+
+- target.py     the TVM target of this host or a named GPU (`TargetInfo`: ISA, cores, key)
+- zoo.py        the workload zoo (Hugging Face configs, plain PyTorch in models/), train/test split
+- importer.py   torch.export / ONNX -> Relax, with a reference implementation to check against
+- extract.py    MetaSchedule's fusion passes, task extraction, the on-disk task cache, hold-out
+- tasks.py      the `Task` record every later stage works on
+"""

@@ -1,0 +1,166 @@
+"""Graph layer, stage 1a: import a model (zoo name, torch.nn.Module or ONNX file) into Relax.
+
+The result is an `ImportedModel`: the Relax module with weights bound as constants, batch norm
+decomposed and operand order made frontend-independent (what tlm.graph.extract fuses), plus
+example inputs and a reference implementation that compiled models are checked against.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from tlm.errors import TlmError, first_line, quiet_stderr
+
+
+@dataclass
+class ImportedModel:
+    """A model in Relax form, with example inputs and a reference implementation to check against."""
+
+    source: str
+    mod: Any  # relax IRModule "main"; batch norm decomposed, weights bound as constants
+    inputs: list  # example inputs as numpy arrays
+    reference: Callable[[list], Any] = field(repr=False)  # numpy inputs -> numpy output
+    torch_module: Any = field(default=None, repr=False)
+    example_inputs: tuple | None = field(default=None, repr=False)  # torch tensors
+    onnx_path: str | None = None
+
+
+def _constants_last(mod):
+    """Put the constant operand of commutative ops second: `b + x` -> `x + b`.
+
+    Frontends differ here (torch.export emits `bias + matmul`, ONNX Gemm `matmul + bias`), and
+    the operand order changes the fused TIR and so the task hash; one order makes the same
+    model give the same tasks from either frontend.
+    """
+    import tvm
+    from tvm import relax
+
+    ops = [tvm.ir.Op.get(name) for name in ("relax.add", "relax.multiply")]
+    Const = type(relax.const(0.0))  # relax constants (the class moved between TVM versions)
+
+    @relax.expr_functor.mutator
+    class Swap(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if (any(call.op.same_as(op) for op in ops) and len(call.args) == 2 and isinstance(call.args[0], Const)
+                    and not isinstance(call.args[1], Const)):
+                return relax.Call(call.op, [call.args[1], call.args[0]], call.attrs, call.ty_args)
+            return call
+
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function):
+            mod[gv] = Swap().visit_expr(func)
+    return mod
+
+
+def _prepare(mod):
+    """Passes before fusion: batch norm becomes arithmetic that fuses into convs; operand order
+    is made frontend-independent."""
+    from tvm import relax
+
+    mod = relax.transform.DecomposeOpsForInference()(mod)
+    mod = relax.transform.CanonicalizeBindings()(mod)
+    return _constants_last(mod)
+
+
+def import_torch(module, example_inputs, source: str = "<module>") -> ImportedModel:
+    """Import a torch.nn.Module with torch.export -> Relax."""
+    import numpy as np
+    import torch
+    from tvm.relax.frontend.torch import from_exported_program
+
+    if not isinstance(module, torch.nn.Module):
+        raise TlmError(f"expected a torch.nn.Module, got {type(module).__name__}")
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    example_inputs = tuple(example_inputs)
+    module = module.eval()
+    try:
+        with torch.no_grad(), quiet_stderr():
+            exported = torch.export.export(module, example_inputs)
+    except Exception as err:
+        msg = first_line(err, last=False, limit=None)
+        raise TlmError(f"model does not export with torch.export: {msg}") from None
+    try:
+        with quiet_stderr():
+            mod = from_exported_program(exported, keep_params_as_input=False, unwrap_unit_return_tuple=True)
+    except Exception as err:
+        msg = first_line(err, limit=None)
+        if "nsupported" in msg or "not supported" in msg:
+            raise TlmError(f"unsupported operator: {msg}") from None
+        raise TlmError(f"Relax import failed: {msg}") from None
+
+    def reference(inputs: list) -> Any:
+        with torch.no_grad():
+            out = module(*[torch.from_numpy(np.asarray(x)) for x in inputs])
+        return out.detach().numpy()
+
+    inputs = [x.detach().numpy() for x in example_inputs]
+    return ImportedModel(source, _prepare(mod), inputs, reference, module, example_inputs)
+
+
+def import_onnx(path: str) -> ImportedModel:
+    """Import an ONNX file with Relax's ONNX frontend; ONNX Runtime is the reference."""
+    import numpy as np
+    import onnx
+    from onnx import helper
+
+    if not os.path.isfile(path):
+        raise TlmError(f"no such ONNX file: {path}")
+    try:
+        model = onnx.load(path)
+        onnx.checker.check_model(model)
+    except Exception as err:
+        raise TlmError(f"malformed ONNX file {path}: {first_line(err, limit=None)}") from None
+    init_names = {init.name for init in model.graph.initializer}
+    shapes, dtypes = {}, {}
+    for inp in model.graph.input:
+        if inp.name in init_names:
+            continue
+        dims = inp.type.tensor_type.shape.dim
+        if any(not d.HasField("dim_value") for d in dims):
+            raise TlmError(f"ONNX input {inp.name!r} has a dynamic shape; export with static shapes")
+        shapes[inp.name] = [d.dim_value for d in dims]
+        dtypes[inp.name] = str(helper.tensor_dtype_to_np_dtype(inp.type.tensor_type.elem_type))
+    from tvm.relax.frontend.onnx import from_onnx
+
+    try:
+        with quiet_stderr():
+            mod = from_onnx(model, shape_dict=shapes, dtype_dict=dtypes, keep_params_in_input=False)
+    except Exception as err:
+        msg = first_line(err, limit=None)
+        if "not supported" in msg or "nsupported" in msg:
+            raise TlmError(f"unsupported operator in {path}: {msg}") from None
+        raise TlmError(f"ONNX import failed for {path}: {msg}") from None
+
+    rng = np.random.default_rng(0)
+    inputs = []
+    for name, shape in shapes.items():
+        dt = np.dtype(dtypes[name])
+        if dt.kind in "iu":
+            inputs.append(np.zeros(shape, dt))  # always valid as indices
+        else:
+            inputs.append(rng.standard_normal(shape).astype(dt))
+
+    def reference(inputs: list) -> Any:
+        import onnxruntime as ort
+
+        sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        return sess.run(None, dict(zip(shapes, inputs)))[0]
+
+    return ImportedModel(path, _prepare(mod), inputs, reference, onnx_path=path)
+
+
+def import_source(source: str) -> ImportedModel:
+    """A zoo workload name (or family name) or a path to an .onnx file."""
+    if source.endswith(".onnx") or os.path.exists(source):
+        return import_onnx(source)
+    from tlm.graph.zoo import get_workload
+
+    workload = get_workload(source)
+    module, inputs = workload.build()
+    return import_torch(module, inputs, source=workload.name)
+
+

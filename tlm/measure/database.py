@@ -1,0 +1,339 @@
+"""The durable record database: every measurement, in SQLite (WAL, synchronous=FULL).
+
+One file, `DIR/records.sqlite`. A record is committed in a transaction before it is reported,
+so a run killed at any moment (kill -9) loses nothing that was reported as committed; WAL mode
+keeps the file consistent across such kills. Records carry the target key, and every query
+filters on it, so records of another target are never applied. Export to and import from
+MetaSchedule's `JSONDatabase` (database_workload.json / database_tuning_record.json).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from tlm.errors import TlmError
+from tlm.graph.tasks import Task
+
+DB_FILE = "records.sqlite"
+# Proposer of unmeasured records: a task's greedy program from the TLM (`--budget 0`), kept
+# without a latency (so `best()` ignores it) for `compile_record` to fall back on.
+GREEDY = "tlm-greedy"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS workloads (
+    task_hash TEXT PRIMARY KEY, name TEXT, task_json TEXT NOT NULL, mod_json TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS records (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    task_hash TEXT NOT NULL, target_key TEXT NOT NULL, trace_json TEXT, sentence TEXT,
+    latencies_json TEXT NOT NULL, median_s REAL, error TEXT, proposer TEXT NOT NULL,
+    round INTEGER NOT NULL DEFAULT 0, created REAL NOT NULL,
+    build_s REAL, run_s REAL);
+CREATE INDEX IF NOT EXISTS records_task ON records (task_hash, target_key, proposer);
+"""
+
+
+@dataclass
+class Record:
+    """One measurement as stored; `median_s` is None for failures."""
+
+    id: int
+    task_hash: str
+    target_key: str
+    trace_json: Any  # trace.as_json() lists
+    sentence: str | None
+    latencies_s: list[float]
+    median_s: float | None
+    error: str | None
+    proposer: str
+    round: int
+    created: float
+
+
+def _row_to_record(row: sqlite3.Row) -> Record:
+    return Record(
+        id=row["id"], task_hash=row["task_hash"], target_key=row["target_key"],
+        trace_json=json.loads(row["trace_json"]) if row["trace_json"] else None,
+        sentence=row["sentence"], latencies_s=json.loads(row["latencies_json"]),
+        median_s=row["median_s"], error=row["error"], proposer=row["proposer"],
+        round=row["round"], created=row["created"],
+    )
+
+
+class Database:
+    """Records of measurements for many tasks and targets, in `directory`."""
+
+    def __init__(self, directory: str, create: bool = True):
+        self.directory = directory
+        self.path = os.path.join(directory, DB_FILE)
+        if not os.path.exists(self.path) and not create:
+            raise TlmError(f"no record database in {directory} (expected {DB_FILE})")
+        try:
+            os.makedirs(directory, exist_ok=True)
+            self._conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+            self._conn.row_factory = sqlite3.Row
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            # FULL: a transaction is on disk when COMMIT returns (WAL alone may lose the tail).
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as err:
+            raise TlmError(f"corrupt or unreadable record database {self.path}: {err}") from None
+        except OSError as err:
+            raise TlmError(f"cannot open record database in {directory}: {err}") from None
+
+    # ------------------------------------------------------------------ writing
+    def _tx(self, fn):
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                out = fn(self._conn)
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+            return out
+        except sqlite3.DatabaseError as err:
+            raise TlmError(f"record database {self.path}: {err}") from None
+
+    def add_task(self, task: Task) -> None:
+        self._tx(lambda c: c.execute(
+            "INSERT OR IGNORE INTO workloads VALUES (?, ?, ?, ?)",
+            (task.hash, task.name, json.dumps(task.to_json()), task.mod_json),
+        ))
+
+    def set_meta(self, key: str, value: Any) -> None:
+        self._tx(lambda c: c.execute(
+            "INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value))))
+
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return json.loads(row["value"]) if row else default
+
+    def add_results(self, results: list, target_key: str) -> list[int]:
+        """Commit `MeasureResult`s in one transaction; when this returns they are durable."""
+        now = time.time()
+        rows = []
+        for r in results:
+            c = r.candidate
+            median = None if r.median_s == float("inf") else r.median_s
+            rows.append((
+                c.task.hash, target_key, json.dumps(r.trace_json) if r.trace_json is not None else None,
+                c.sentence, json.dumps(r.latencies_s), median, r.error, c.proposer, int(c.round),
+                now, r.build_s, r.run_s,
+            ))
+
+        def write(conn):
+            for task in {r.candidate.task.hash: r.candidate.task for r in results}.values():
+                conn.execute("INSERT OR IGNORE INTO workloads VALUES (?, ?, ?, ?)",
+                             (task.hash, task.name, json.dumps(task.to_json()), task.mod_json))
+            ids = []
+            for row in rows:
+                cur = conn.execute(
+                    "INSERT INTO records (task_hash, target_key, trace_json, sentence, latencies_json,"
+                    " median_s, error, proposer, round, created, build_s, run_s)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+                ids.append(cur.lastrowid)
+            return ids
+
+        return self._tx(write)
+
+    def add_record(self, task: Task, target_key: str, trace_json: Any, latencies_s: list[float],
+                   error: str | None = None, proposer: str = "import", round: int = 0,
+                   sentence: str | None = None) -> int:
+        """Commit one record given as plain data (imports, tests)."""
+        import statistics
+
+        median = statistics.median(latencies_s) if latencies_s and not error else None
+        self.add_task(task)
+        return self._tx(lambda c: c.execute(
+            "INSERT INTO records (task_hash, target_key, trace_json, sentence, latencies_json,"
+            " median_s, error, proposer, round, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (task.hash, target_key, json.dumps(trace_json), sentence, json.dumps(latencies_s),
+             median, error, proposer, round, time.time()),
+        ).lastrowid)
+
+    # ------------------------------------------------------------------ reading
+    def task(self, task_hash: str) -> Task | None:
+        row = self._conn.execute("SELECT * FROM workloads WHERE task_hash = ?", (task_hash,)).fetchone()
+        if row is None:
+            return None
+        data = json.loads(row["task_json"])
+        data["mod"] = row["mod_json"]
+        return Task.from_json(data)
+
+    def records(self, task_hash: str | None = None, target_key: str | None = None,
+                proposer: str | None = None) -> list[Record]:
+        sql, args = "SELECT * FROM records WHERE 1=1", []
+        for col, val in (("task_hash", task_hash), ("target_key", target_key), ("proposer", proposer)):
+            if val is not None:
+                sql += f" AND {col} = ?"
+                args.append(val)
+        return [_row_to_record(r) for r in self._conn.execute(sql + " ORDER BY id", args)]
+
+    def count(self, task_hash: str | None = None, target_key: str | None = None,
+              proposer: str | None = None) -> int:
+        sql, args = "SELECT COUNT(*) FROM records WHERE 1=1", []
+        for col, val in (("task_hash", task_hash), ("target_key", target_key), ("proposer", proposer)):
+            if val is not None:
+                sql += f" AND {col} = ?"
+                args.append(val)
+        return int(self._conn.execute(sql, args).fetchone()[0])
+
+    # ------------------------------------------------------------------ aggregates (SQL, no record parsing)
+    def counts_by_task(self, target_key: str, proposer: str | None = None) -> dict[str, int]:
+        """Records per task hash for this target (optionally one proposer); tasks without any are absent."""
+        sql, args = "SELECT task_hash, COUNT(*) FROM records WHERE target_key = ?", [target_key]
+        if proposer is not None:
+            sql += " AND proposer = ?"
+            args.append(proposer)
+        return {r[0]: int(r[1]) for r in self._conn.execute(sql + " GROUP BY task_hash", args)}
+
+    def best_by_task(self, target_key: str) -> dict[str, float]:
+        """Lowest median latency per task hash among this target's correct records."""
+        rows = self._conn.execute(
+            "SELECT task_hash, MIN(median_s) FROM records WHERE target_key = ? AND error IS NULL"
+            " AND median_s IS NOT NULL GROUP BY task_hash", (target_key,))
+        return {r[0]: float(r[1]) for r in rows}
+
+    def counts_by_round(self, task_hash: str, target_key: str, proposer: str) -> dict[int, int]:
+        """Records per round of one task, target and proposer; rounds without any are absent."""
+        rows = self._conn.execute(
+            "SELECT round, COUNT(*) FROM records WHERE task_hash = ? AND target_key = ? AND proposer = ?"
+            " GROUP BY round", (task_hash, target_key, proposer))
+        return {int(r[0]): int(r[1]) for r in rows}
+
+    def sentences(self, task_hash: str, target_key: str) -> set[str]:
+        """The sentences of a task's records for this target (records without one are skipped)."""
+        rows = self._conn.execute(
+            "SELECT DISTINCT sentence FROM records WHERE task_hash = ? AND target_key = ?"
+            " AND sentence IS NOT NULL AND sentence != ''", (task_hash, target_key))
+        return {r[0] for r in rows}
+
+    def best(self, task_hash: str, target_key: str) -> Record | None:
+        """Fastest correct record of a task for this target (errors and other targets ignored)."""
+        row = self._conn.execute(
+            "SELECT * FROM records WHERE task_hash = ? AND target_key = ? AND error IS NULL"
+            " AND median_s IS NOT NULL ORDER BY median_s LIMIT 1", (task_hash, target_key),
+        ).fetchone()
+        return _row_to_record(row) if row else None
+
+    def greedy_records(self, task_hash: str, target_key: str) -> list[Record]:
+        """Unmeasured greedy records (proposer GREEDY) of a task, newest first."""
+        return list(reversed(self.records(task_hash, target_key, GREEDY)))
+
+    def compile_record(self, task_hash: str, target_key: str) -> Record | None:
+        """The record a whole-model compile applies to a task: its fastest measured record;
+        else its newest greedy record whose program was never measured as failing; else None
+        (TVM's default schedule)."""
+        best = self.best(task_hash, target_key)
+        if best is not None:
+            return best
+        failed = {r.sentence for r in self.records(task_hash, target_key) if r.error and r.sentence}
+        for rec in self.greedy_records(task_hash, target_key):
+            if rec.trace_json is not None and rec.sentence not in failed:
+                return rec
+        return None
+
+    def last_round(self, task_hash: str, target_key: str, proposer: str) -> int:
+        row = self._conn.execute(
+            "SELECT MAX(round) AS r FROM records WHERE task_hash = ? AND target_key = ? AND proposer = ?",
+            (task_hash, target_key, proposer)).fetchone()
+        return -1 if row["r"] is None else int(row["r"])
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ MetaSchedule views
+    def _tuning_record(self, rec: Record, task: Task, workload, target):
+        from tvm.s_tir import Schedule
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+        from tvm.s_tir.meta_schedule.database import TuningRecord
+        from tvm.s_tir.schedule import Trace
+
+        sch = Schedule(task.mod)
+        Trace.apply_json_to_schedule(rec.trace_json, sch)
+        return TuningRecord(sch.trace, workload, [float(x) for x in rec.latencies_s], target,
+                            ArgInfo.from_prim_func(task.mod["main"]))
+
+    def to_metaschedule(self, target, work_dir: str | None = None, best_only: bool = True):
+        """A MetaSchedule database (JSONDatabase in `work_dir`, else in memory) of this target's
+        correct records: the best per task (what `compile_relax` applies), or all of them."""
+        from tlm.graph.target import resolve_target
+        from tlm.space.intrin import light_tensor_intrin
+        from tvm.s_tir import meta_schedule as ms
+
+        light_tensor_intrin()
+        info = resolve_target(target)
+        tvm_target = info.tvm()
+        if work_dir is not None:
+            os.makedirs(work_dir, exist_ok=True)
+            msdb = ms.database.JSONDatabase(work_dir=work_dir)
+        else:
+            msdb = ms.database.MemoryDatabase()
+        hashes = [r["task_hash"] for r in self._conn.execute("SELECT task_hash FROM workloads")]
+        for h in hashes:
+            task = self.task(h)
+            if best_only:
+                best = self.best(h, info.key)
+                recs = [best] if best else []
+            else:
+                recs = [r for r in self.records(h, info.key) if r.error is None and r.median_s]
+            if not recs:
+                continue
+            workload = msdb.commit_workload(task.mod)
+            for rec in recs:
+                try:
+                    msdb.commit_tuning_record(self._tuning_record(rec, task, workload, tvm_target))
+                except Exception:  # a trace that no longer replays is skipped, not fatal
+                    continue
+        return msdb
+
+    def export_json(self, work_dir: str, target) -> int:
+        """Write this target's correct records as a MetaSchedule JSONDatabase; returns the count."""
+        msdb = self.to_metaschedule(target, work_dir=work_dir, best_only=False)
+        return len(msdb)
+
+    def import_json(self, work_dir: str, proposer: str = "import") -> int:
+        """Read a MetaSchedule JSONDatabase's records (each keeps its own target)."""
+        from tlm.graph.target import resolve_target
+        from tlm.graph.tasks import task_from_mod
+        from tlm.space.design import plain_json
+        from tlm.space.intrin import light_tensor_intrin
+        from tvm.s_tir import meta_schedule as ms
+
+        light_tensor_intrin()
+        paths = [os.path.join(work_dir, f) for f in ("database_workload.json", "database_tuning_record.json")]
+        if not all(os.path.exists(p) for p in paths):
+            raise TlmError(f"{work_dir} is not a MetaSchedule JSONDatabase (missing {os.path.basename(paths[0])})")
+        msdb = ms.database.JSONDatabase(path_workload=paths[0], path_tuning_record=paths[1])
+        n = 0
+        keys: dict[str, str] = {}
+        for rec in msdb.get_all_tuning_records():
+            task = task_from_mod(rec.workload.mod)
+            tjson = json.dumps(dict(rec.target.export()), sort_keys=True, default=str)
+            if tjson not in keys:
+                keys[tjson] = resolve_target({k: v for k, v in dict(rec.target.export()).items()
+                                              if k not in ("keys", "tag")}).key
+            secs = [float(x) for x in rec.run_secs] if rec.run_secs is not None else []
+            self.add_record(task, keys[tjson], plain_json(rec.trace.as_json()), secs,
+                            error=None if secs else "imported without latencies", proposer=proposer)
+            n += 1
+        return n
+
+
+def open_db(directory: str, create: bool = True) -> Database:
+    """Open (or create) the record database in `directory`; a TlmError for anything unusable."""
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise TlmError(f"--db {directory} is a file, not a directory")
+    return Database(directory, create=create)

@@ -1,0 +1,286 @@
+"""The measurer: candidate programs -> LLVM build -> timed run, with an output check.
+
+Built on MetaSchedule's `LocalBuilder` and `LocalRunner`/`RPCRunner` (their worker pools,
+timeouts and futures). Two things are ours:
+- the build function calls `light_tensor_intrin()` in the worker instead of the 25-30 s
+  `import tvm.s_tir.tensor_intrin`;
+- the run worker first runs the program once on fixed inputs and compares every buffer with the
+  untuned task's output on the same inputs (a `tlm_ref.npz` placed beside the artifact), so a
+  wrong program becomes an error and is never timed or counted as fast. Integer inputs are
+  zeros, which are valid indices for gather/take tasks.
+A build or run failure is data (`MeasureResult.error`), never an exception that stops a batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tlm.errors import TlmError
+from tlm.graph.target import TargetInfo, resolve_target
+from tlm.graph.tasks import Task
+from tlm.measure.workers import (builder_class, build_in_worker, make_inputs, ref_beside, runner_classes,
+                                warm_worker)
+from tlm.space.design import plain_json
+
+
+@dataclass
+class MeasureConfig:
+    """How programs are timed; saved with every tuning run."""
+
+    number: int = 1
+    repeat: int = 5
+    min_repeat_ms: int = 30
+    enable_cpu_cache_flush: bool = True
+    build_timeout_s: float = 30.0
+    run_timeout_s: float = 30.0
+    builder_workers: int | None = None  # default: the target's cores
+    remeasure_top: int = 2  # the best few of a batch are timed again
+    rtol: float = 1e-4  # relative to the largest reference magnitude
+    atol: float = 1e-5
+    # RPC: measure on devices registered with a TVM tracker instead of this host.
+    tracker_host: str | None = None
+    tracker_port: int | None = None
+    tracker_key: str | None = None
+    rpc_workers: int = 1
+    rpc_session_timeout_s: int = 60
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Candidate:
+    """A program to measure: a scheduled `tvm.s_tir.Schedule` or a trace for `task.mod`."""
+
+    task: Task
+    schedule: Any = None  # tvm.s_tir.Schedule
+    trace: Any = None  # tvm.s_tir.schedule.Trace, or its JSON (list) as stored in the database
+    proposer: str = "unknown"  # tlm, metaschedule, random, ...
+    round: int = 0
+    sentence: str | None = None  # the tensor-language sentence, when a language model wrote it
+
+
+@dataclass
+class MeasureResult:
+    candidate: Candidate
+    trace_json: Any  # trace.as_json(): plain lists, JSON-serializable
+    latencies_s: list[float] = field(default_factory=list)
+    error: str | None = None
+    build_s: float = 0.0
+    run_s: float = 0.0
+
+    @property
+    def median_s(self) -> float:
+        if self.error or not self.latencies_s:
+            return float("inf")
+        return float(statistics.median(self.latencies_s))
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.latencies_s)
+
+
+def _short(msg: str, limit: int = 1500) -> str:
+    """Keep the informative tail of TVM's long error texts."""
+    msg = str(msg)
+    if "WrongResult:" in msg:  # the worker's own message says it all; drop the traceback
+        return msg[msg.rindex("WrongResult:") + len("WrongResult:"):].strip().splitlines()[0]
+    lines = [ln for ln in msg.strip().splitlines() if ln.strip()]
+    text = "\n".join(lines[-8:])
+    return text[-limit:] if text else "unknown error"
+
+
+# ---------------------------------------------------------------- the measurer
+class Measurer:
+    """Builds and times candidates for one target; reusable across batches and tasks."""
+
+    def __init__(self, target: str | dict | TargetInfo | None = None, config: MeasureConfig | None = None):
+        self.target = resolve_target(target)
+        self.config = config or MeasureConfig()
+        self._refdir = tempfile.mkdtemp(prefix="tlm-ref-")
+        self._refs: dict[str, str] = {}
+        self._builder = None
+        self._runner = None
+        self.measured = 0
+
+    @property
+    def rpc(self) -> bool:
+        return bool(self.config.tracker_host)
+
+    def _setup(self) -> None:
+        if self._runner is not None:
+            return
+        from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig
+
+        cfg = self.config
+        self._builder = builder_class()(
+            max_workers=cfg.builder_workers or max(1, self.target.cores),
+            timeout_sec=cfg.build_timeout_s,
+            f_build=build_in_worker,
+        )
+        ev = EvaluatorConfig(cfg.number, cfg.repeat, cfg.min_repeat_ms, cfg.enable_cpu_cache_flush)
+        local_cls, rpc_cls = runner_classes()
+        tol = (cfg.rtol, cfg.atol)
+        if self.rpc:
+            rpc_cfg = RPCConfig(
+                tracker_host=cfg.tracker_host, tracker_port=int(cfg.tracker_port or 9190),
+                tracker_key=cfg.tracker_key or "tlm", session_timeout_sec=cfg.rpc_session_timeout_s,
+            )
+            self._runner = rpc_cls(
+                tol=tol, timeout_sec=cfg.rpc_session_timeout_s + cfg.run_timeout_s,
+                rpc_config=rpc_cfg, evaluator_config=ev, max_workers=cfg.rpc_workers,
+            )
+        else:
+            self._runner = local_cls(
+                tol=tol, timeout_sec=cfg.run_timeout_s, evaluator_config=ev, initializer=warm_worker
+            )
+
+    def reference(self, task: Task) -> str:
+        """Path of the untuned task's inputs and outputs (built once per task, run on this host)."""
+        if task.hash in self._refs:
+            return self._refs[task.hash]
+        import numpy as np
+        import tvm
+
+        from tlm.graph.target import host_target
+
+        args_info = [["TENSOR", a["dtype"], a["shape"]] for a in task.args]
+        inputs = make_inputs(args_info)
+        # The untuned program is naive but correct; build it for the host so it always runs here.
+        lib = tvm.compile(task.mod, target=host_target().tvm())
+        dev = tvm.cpu()
+        tensors = [tvm.runtime.tensor(x, dev) for x in inputs]
+        lib["main"](*tensors)
+        arrays = {f"in{i}": x for i, x in enumerate(inputs)}
+        arrays.update({f"out{i}": t.numpy() for i, t in enumerate(tensors)})
+        path = os.path.join(self._refdir, f"{task.hash}.npz")
+        np.savez(path, **arrays)
+        self._refs[task.hash] = path
+        return path
+
+    def _prepare(self, cand: Candidate):
+        """(scheduled IRModule, trace JSON) of a candidate; raises on an invalid trace."""
+        from tvm.s_tir import Schedule
+        from tvm.s_tir.schedule import Trace
+
+        if cand.schedule is not None:
+            return cand.schedule.mod, plain_json(cand.schedule.trace.as_json())
+        if cand.trace is None:
+            raise ValueError("candidate has neither a schedule nor a trace")
+        sch = Schedule(cand.task.mod)
+        if isinstance(cand.trace, Trace):
+            cand.trace.apply_to_schedule(sch, remove_postproc=False)
+        else:
+            Trace.apply_json_to_schedule(cand.trace, sch)
+        return sch.mod, plain_json(sch.trace.as_json())
+
+    def measure(self, candidates: list[Candidate]) -> list[MeasureResult]:
+        """Build and time a batch; results are in the same order as `candidates`."""
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+        from tvm.s_tir.meta_schedule.builder import BuilderInput
+        from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+        self._setup()
+        results: list[MeasureResult] = []
+        todo: list[tuple[int, Any]] = []
+        for cand in candidates:
+            res = MeasureResult(cand, trace_json=None)
+            try:
+                mod, res.trace_json = self._prepare(cand)
+                todo.append((len(results), mod))
+            except Exception as err:  # an invalid trace is a failed candidate, not a crash
+                res.error = "ScheduleError: " + _short(err)
+            results.append(res)
+        if not todo:
+            return results
+        target = self.target.tvm()
+        t0 = time.perf_counter()
+        built = self._builder.build([BuilderInput(mod, target) for _, mod in todo])
+        build_s = (time.perf_counter() - t0) / len(todo)
+        run_idx, run_inputs, dirs = [], [], []
+        for (i, mod), b in zip(todo, built):
+            results[i].build_s = build_s
+            if b.error_msg:
+                results[i].error = "BuildError: " + _short(b.error_msg)
+                continue
+            path = str(b.artifact_path)
+            dirs.append(os.path.dirname(path))
+            try:
+                shutil.copy(self.reference(results[i].candidate.task), ref_beside(path))
+            except Exception as err:  # no reference: the program cannot be trusted
+                results[i].error = "ReferenceError: " + _short(err)
+                continue
+            run_idx.append(i)
+            run_inputs.append(RunnerInput(path, "cpu", ArgInfo.from_prim_func(mod["main"])))
+        try:
+            self._run(results, run_idx, run_inputs)
+            # Re-time the best few: one noisy low reading should not decide the winner.
+            ok = sorted((k for k in range(len(run_idx)) if results[run_idx[k]].ok),
+                        key=lambda k: results[run_idx[k]].median_s)[: self.config.remeasure_top]
+            if ok:
+                self._run(results, [run_idx[k] for k in ok], [run_inputs[k] for k in ok], extend=True)
+        finally:
+            for d in dirs:
+                shutil.rmtree(d, ignore_errors=True)
+        self.measured += len(candidates)
+        return results
+
+    def _run(self, results, idx, inputs, extend: bool = False) -> None:
+        if not inputs:
+            return
+        t0 = time.perf_counter()
+        futures = self._runner.run(inputs)
+        for i, fut in zip(idx, futures):
+            r = fut.result()
+            if r.error_msg:
+                kind = "WrongResult: " if "WrongResult:" in str(r.error_msg) else "RunError: "
+                results[i].error = kind + _short(r.error_msg)
+            else:
+                secs = [float(x) for x in r.run_secs]
+                results[i].latencies_s = results[i].latencies_s + secs if extend else secs
+        per = (time.perf_counter() - t0) / len(inputs)
+        for i in idx:
+            results[i].run_s += per
+
+    def close(self) -> None:
+        shutil.rmtree(self._refdir, ignore_errors=True)
+        for obj in (self._builder, self._runner):
+            try:
+                if obj is not None:
+                    obj.shutdown() if hasattr(obj, "shutdown") else obj.pool.shutdown()
+            except Exception:  # shutting down a dead pool is harmless
+                pass
+        self._builder = self._runner = None
+
+    def __enter__(self) -> Measurer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------- command-line options
+def measure_config_from_args(args: argparse.Namespace) -> MeasureConfig:
+    cfg = MeasureConfig(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms)
+    if args.rpc_tracker:
+        host, _, port = args.rpc_tracker.rpartition(":")
+        if not host or not port.isdigit():
+            raise TlmError(f"bad --rpc-tracker {args.rpc_tracker!r}: use HOST:PORT")
+        cfg.tracker_host, cfg.tracker_port, cfg.tracker_key = host, int(port), args.rpc_key
+        cfg.rpc_workers = args.rpc_workers
+    return cfg
+
+
+def add_measure_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--repeat", type=int, default=5, help="timed repeats per program (median)")
+    p.add_argument("--min-repeat-ms", type=int, default=30, help="minimum duration of one repeat")
+    p.add_argument("--rpc-tracker", default=None, help="HOST:PORT of a TVM RPC tracker to measure on")
+    p.add_argument("--rpc-key", default="tlm", help="device key registered with the tracker")
+    p.add_argument("--rpc-workers", type=int, default=1, help="parallel RPC sessions")

@@ -1,0 +1,230 @@
+"""Worker side of the measurer: MetaSchedule builder/runner subclasses and the functions their
+worker processes run (pickled by reference, so they live at module level here).
+
+The run worker first runs the program once on fixed inputs and compares every buffer with the
+untuned task's output on the same inputs (`tlm_ref.npz` beside the artifact); a mismatch raises
+`WrongResult`, which the runner turns into the candidate's error, so it is never timed.
+"""
+
+from __future__ import annotations
+
+import os
+
+REF_NAME = "tlm_ref.npz"
+
+
+# ---------------------------------------------------------------- worker-side functions
+def build_in_worker(mod, target, _params):
+    """MetaSchedule's default build, minus the slow import of every tensor intrinsic."""
+    from tlm.space.intrin import light_tensor_intrin
+
+    light_tensor_intrin()
+    from tvm.driver import build as tvm_build
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    return tvm_build(mod, target=target)
+
+
+def make_inputs(args_info: list, seed: int = 0) -> list:
+    """Fixed inputs for a task: floats uniform in [-1, 1], integers and booleans zero."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for info in args_info:
+        _, dtype, shape = info
+        shape = [int(s) for s in shape]
+        if str(dtype).startswith(("float", "bfloat")):
+            out.append(rng.uniform(-1.0, 1.0, size=shape).astype(str(dtype)))
+        else:
+            out.append(np.zeros(shape, dtype=str(dtype)))
+    return out
+
+
+def compare(got, want, rtol: float, atol: float) -> str | None:
+    """None when `got` matches `want`, else a one-line reason."""
+    import numpy as np
+
+    if got.shape != want.shape:
+        return f"shape {got.shape} != {want.shape}"
+    if not np.issubdtype(want.dtype, np.floating):
+        bad = int(np.count_nonzero(got != want))
+        return f"{bad} elements differ" if bad else None
+    g = got.astype("float64")
+    w = want.astype("float64")
+    if not np.array_equal(np.isnan(g), np.isnan(w)):
+        return "NaN where the reference has none (or the reverse)"
+    mask = ~np.isnan(w)
+    if not mask.any():
+        return None
+    diff = float(np.max(np.abs(g[mask] - w[mask])))
+    scale = float(np.max(np.abs(w[mask])))
+    limit = atol + rtol * max(scale, 1.0)
+    return f"max abs diff {diff:.3g} > {limit:.3g}" if not diff <= limit else None
+
+
+def _check_and_time(rt_mod, device, cfg, args_info, ref_path, tol) -> list[float]:
+    import numpy as np
+    import tvm
+
+    ref = np.load(ref_path) if ref_path and os.path.exists(ref_path) else None
+    arrays = [ref[f"in{i}"] for i in range(len(args_info))] if ref is not None else make_inputs(args_info)
+    args = []
+    for arr in arrays:
+        t = tvm.runtime.empty(arr.shape, str(arr.dtype), device)
+        t.copyfrom(arr)
+        args.append(t)
+    if ref is not None:
+        rt_mod.get_function(rt_mod.entry_name)(*args)
+        device.sync()
+        for i, t in enumerate(args):
+            reason = compare(t.numpy(), ref[f"out{i}"], *tol)
+            if reason:
+                raise RuntimeError(f"WrongResult: buffer {i}: {reason}")
+    evaluator = rt_mod.time_evaluator(
+        func_name=rt_mod.entry_name,
+        dev=device,
+        number=cfg.number,
+        repeat=cfg.repeat,
+        min_repeat_ms=cfg.min_repeat_ms,
+        f_preproc="cache_flush_cpu_non_first_arg" if cfg.enable_cpu_cache_flush else "",
+    )
+    device.sync()
+    return [float(x) for x in evaluator(*args).results]
+
+
+def ref_beside(artifact_path: str) -> str:
+    return os.path.join(os.path.dirname(artifact_path), REF_NAME)
+
+
+def local_run_worker(cfg, tol, artifact_path, device_type, args_info) -> list[float]:
+    import tvm
+
+    rt_mod = tvm.runtime.load_module(artifact_path)
+    device = tvm.runtime.device(device_type, 0)
+    return _check_and_time(rt_mod, device, cfg, args_info, ref_beside(artifact_path), tol)
+
+
+def rpc_run_worker(rpc_config, cfg, tol, artifact_path, device_type, args_info) -> list[float]:
+    from tvm.s_tir.meta_schedule.runner import rpc_runner
+
+    session = rpc_config.connect_server()
+    remote_path = os.path.basename(artifact_path)
+    try:
+        device = session.device(device_type, 0)
+        rt_mod = rpc_runner.default_upload_module(session, artifact_path, remote_path)
+        return _check_and_time(rt_mod, device, cfg, args_info, ref_beside(artifact_path), tol)
+    finally:
+        rpc_runner.default_cleanup(session, remote_path)
+
+
+def warm_worker() -> None:
+    """Pool initializer: pay for the TVM import and intrinsics once per worker process."""
+    from tlm.space.intrin import light_tensor_intrin
+
+    light_tensor_intrin()
+
+
+def builder_class():
+    """A LocalBuilder whose worker pool lives across batches.
+
+    MetaSchedule's LocalBuilder starts a new pool per batch (against a worker memory leak);
+    each start re-imports TVM (4-10 s here), more than building a batch. We keep the pool and
+    recycle it every `recycle` batches instead.
+    """
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.builder import BuilderResult, LocalBuilder
+    from tvm.s_tir.meta_schedule.builder.local_builder import _worker_func
+    from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+
+    @derived_object
+    class PersistentLocalBuilder(LocalBuilder._cls):
+        recycle = 25
+
+        def _sanity_check(self) -> None:  # the parent's check starts (and drops) a whole pool
+            self._pool, self._uses = None, 0
+
+        def build(self, build_inputs):
+            if self._pool is None or self._uses >= self.recycle:
+                if self._pool is not None:
+                    self._pool.shutdown()
+                self._pool = PopenPoolExecutor(
+                    max_workers=self.max_workers, timeout=self.timeout_sec, initializer=warm_worker
+                )
+                self._uses = 0
+            self._uses += 1
+            results = []
+            args = [(self.f_build, self.f_export, b.mod, b.target, None) for b in build_inputs]
+            for res in self._pool.map_with_error_catching(lambda x: _worker_func(*x), args):
+                if res.status == StatusKind.COMPLETE:
+                    results.append(BuilderResult(res.value, None))
+                elif res.status == StatusKind.TIMEOUT:
+                    results.append(BuilderResult(None, f"LocalBuilder: Timeout after {self.timeout_sec} s"))
+                else:
+                    results.append(BuilderResult(None, f"LocalBuilder: {res.value}"))
+            return results
+
+        def shutdown(self) -> None:
+            if self._pool is not None:
+                self._pool.shutdown()
+                self._pool = None
+
+    return PersistentLocalBuilder
+
+
+def runner_classes():
+    """LocalRunner/RPCRunner subclasses that submit our worker (which checks outputs)."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.runner import LocalRunner, RPCRunner
+    from tvm.s_tir.meta_schedule.runner.local_runner import LocalRunnerFuture
+    from tvm.s_tir.meta_schedule.runner.rpc_runner import RPCRunnerFuture
+    from tvm.support.popen_pool import PopenPoolExecutor
+
+    @derived_object
+    class CheckingLocalRunner(LocalRunner._cls):
+        def __init__(self, tol: tuple = (1e-4, 1e-5), **kwargs):
+            super().__init__(**kwargs)
+            self.tol = tol
+
+        def run(self, runner_inputs):
+            futures = []
+            for inp in runner_inputs:
+                fut = self.pool.submit(
+                    local_run_worker, self.evaluator_config, self.tol, str(inp.artifact_path),
+                    str(inp.device_type), tuple(a.as_json() for a in inp.args_info),
+                )
+                try:
+                    futures.append(LocalRunnerFuture(res=fut.result(), error_message=None))
+                except TimeoutError:
+                    msg = f"LocalRunner: Timeout, killed after {self.timeout_sec} seconds"
+                    futures.append(LocalRunnerFuture(res=None, error_message=msg))
+                except Exception as err:  # the worker's failure is the candidate's error
+                    futures.append(LocalRunnerFuture(res=None, error_message=f"LocalRunner: {err}"))
+            return futures
+
+    @derived_object
+    class CheckingRPCRunner(RPCRunner._cls):
+        def __init__(self, tol: tuple = (1e-4, 1e-5), timeout_sec: float = 120, **kwargs):
+            super().__init__(**kwargs)
+            self.tol = tol
+            # RPCRunner's pool has no timeout: with no free server the tracker request would
+            # block forever. A timed-out session becomes the candidate's error instead.
+            self.pool.shutdown()
+            self.pool = PopenPoolExecutor(max_workers=kwargs.get("max_workers") or 1,
+                                          timeout=timeout_sec, initializer=warm_worker)
+
+        def run(self, runner_inputs):
+            return [
+                RPCRunnerFuture(
+                    self.pool.submit(
+                        rpc_run_worker, self.rpc_config, self.evaluator_config, self.tol,
+                        str(inp.artifact_path), str(inp.device_type),
+                        tuple(a.as_json() for a in inp.args_info),
+                    ),
+                    timeout_sec=self.rpc_config.session_timeout_sec,
+                )
+                for inp in runner_inputs
+            ]
+
+    return CheckingLocalRunner, CheckingRPCRunner

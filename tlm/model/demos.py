@@ -1,0 +1,231 @@
+"""Demonstrations for supervised fine-tuning (tlm.model.finetune): the best measured programs as
+tensor sentences, and how a sentence is tokenized and masked for training.
+
+Demonstrations are the fastest correct measured programs of each task, as tensor sentences
+(`demonstrations`, `demo_records`). Records proposed by the language model store their
+sentence; records of other proposers (MetaSchedule, random) store only a trace, which is turned
+into a sentence when it is exactly a program of one of the task's design spaces
+(`trace_sentence`). A demonstration is tokenized exactly like pretraining (<bos> + words +
+<eos>, padding not trained on); `value_mask` marks the value words (what the generator samples),
+the only words the "decisions" loss trains on. `value_logprobs` scores demonstrations under a
+model (bench/sft_loss.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from tlm.errors import TlmError
+from tlm.graph.target import resolve_target
+from tlm.model.lm import N_POSITIONS, pad_batch
+
+# Words that start a decision, and how many context words follow them before the value.
+_CONTEXT_WORDS = {"space": 1, "tile": 3, "cat": 1, "loc": 1}
+
+
+@dataclass
+class Demo:
+    """One demonstration: a sentence and where its prompt ends (words)."""
+
+    task_hash: str
+    sentence: str
+    prompt_len: int
+    task_name: str = ""
+    kind: str = ""
+    median_s: float | None = None
+    proposer: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------- demonstrations
+
+_TRACE_CACHE: dict[tuple[str, int, str], str | None] = {}
+
+
+def trace_sentence(task, trace_json, target) -> str | None:
+    """The sentence of a measured trace, or None when it is not a program of the task's spaces.
+
+    The trace's instructions before the postprocessors must equal one design space's trace
+    instruction for instruction (so mutated annotations the language cannot express fail),
+    and its decisions must replay on that space without TVM repairing any of them.
+    """
+    from tlm.space.design import plain_json, replay, task_space
+    from tlm.space.language import render
+
+    try:
+        insts, decisions = trace_json[0], dict((int(i), d) for i, d in trace_json[1])
+    except (TypeError, ValueError, IndexError, KeyError):
+        return None
+    space = task_space(task, target)
+    for idx, trace in enumerate(space.traces):
+        prefix = plain_json(trace.as_json())[0]
+        if insts[: len(prefix)] != prefix:
+            continue
+        picks = []
+        for k, inst in enumerate(prefix):
+            if inst[0].startswith("Sample"):
+                if k not in decisions:
+                    return None
+                d = decisions[k]
+                picks.append(tuple(int(x) for x in d) if isinstance(d, list) else int(d))
+        prog = replay(space, idx, picks, postproc=False)
+        if prog.error or prog.sch is None:
+            continue
+        return render(prog, task, target)
+    return None
+
+
+def demo_records(db, tasks, target, per_task: int = 1) -> list[Demo]:
+    """The `per_task` fastest correct records of each task that have (or yield) a sentence.
+
+    `target` is a TargetInfo, a target key (the database's target column) or anything
+    `resolve_target` takes. Records are taken in order of median latency; a record without a
+    sentence is converted from its trace (`trace_sentence`) and skipped if that fails; a
+    sentence whose prompt is not this task's on this target is skipped.
+    """
+    from tlm.space.language import prompt_tokens
+
+    info = resolve_target(target)
+    out: list[Demo] = []
+    for task in tasks:
+        prompt = prompt_tokens(task, info)
+        best = db.best(task.hash, info.key)
+        if best is None:
+            continue
+        if per_task == 1 and best.sentence:  # fast path: the common case
+            recs = [best]
+        else:
+            recs = sorted((r for r in db.records(task.hash, info.key) if r.error is None and r.median_s is not None),
+                          key=lambda r: (r.median_s, r.id))
+        got: set[str] = set()
+        for rec in recs:
+            if len(got) >= per_task:
+                break
+            sentence = rec.sentence
+            if not sentence and rec.trace_json is not None:
+                key = (db.path, rec.id, info.key)
+                if key not in _TRACE_CACHE:
+                    try:
+                        _TRACE_CACHE[key] = trace_sentence(task, rec.trace_json, info)
+                    except Exception:  # a trace TVM cannot replay is not a demonstration
+                        _TRACE_CACHE[key] = None
+                sentence = _TRACE_CACHE[key]
+            if not sentence or sentence in got or sentence.split()[: len(prompt)] != prompt:
+                continue
+            got.add(sentence)
+            out.append(Demo(task.hash, sentence, len(prompt), task.name, task.kind, rec.median_s, rec.proposer))
+    return out
+
+
+def demonstrations(db, tasks, target_key, per_task: int = 1) -> list[tuple[Any, str]]:
+    """(task, sentence) of the `per_task` best measured programs of each task (see demo_records)."""
+    by_hash = {t.hash: t for t in tasks}
+    return [(by_hash[d.task_hash], d.sentence) for d in demo_records(db, tasks, target_key, per_task)]
+
+
+def write_demos(demos: list[Demo], path: str | Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        for d in demos:
+            f.write(json.dumps(d.to_json()) + "\n")
+    os.replace(tmp, path)
+
+
+def read_demos(path: str | Path) -> list[Demo]:
+    try:
+        return [Demo(**json.loads(line)) for line in Path(path).read_text().splitlines() if line.strip()]
+    except (OSError, ValueError, TypeError) as err:
+        raise TlmError(f"unreadable demonstrations file {path}: {err}") from None
+
+
+def as_demos(demos, target) -> list[Demo]:
+    """Demo objects from Demos or (Task, sentence) pairs (prompts computed for `target`)."""
+    from tlm.space.language import prompt_tokens
+
+    out: list[Demo] = []
+    info = None
+    for d in demos:
+        if isinstance(d, Demo):
+            out.append(d)
+            continue
+        task, sentence = d
+        info = info or resolve_target(target)
+        prompt = prompt_tokens(task, info)
+        if sentence.split()[: len(prompt)] != prompt:
+            raise TlmError(f"demonstration of task {task.name} does not start with its prompt on {info.key}")
+        out.append(Demo(task.hash, sentence, len(prompt), task.name, task.kind))
+    return out
+
+
+# ---------------------------------------------------------------- tokens and masks
+
+def value_mask(words: list[str], prompt_len: int) -> list[bool]:
+    """Which words of a sentence are decision values (what the generator samples).
+
+    The grammar after the prompt is (context value)*: `space N` I, `tile B A E` F1..Fn,
+    `cat USE` V, `loc B` L. Values are numbers, `#k`, `inline` or `root`, never a word that
+    starts a decision, so a tile's factors run to the next such word.
+    """
+    mask = [False] * len(words)
+    i = prompt_len
+    while i < len(words):
+        word = words[i]
+        if word not in _CONTEXT_WORDS:
+            raise TlmError(f"word {i} ({word!r}) of the sentence starts no decision")
+        i += 1 + _CONTEXT_WORDS[word]
+        if i >= len(words) or words[i] in _CONTEXT_WORDS:
+            raise TlmError(f"decision {word!r} at word {i} has no value")
+        mask[i] = True
+        i += 1
+        while word == "tile" and i < len(words) and words[i] not in _CONTEXT_WORDS:
+            mask[i] = True
+            i += 1
+    return mask
+
+
+def encode_demo(vocab, demo: Demo, loss: str) -> tuple[list[int], list[int]]:
+    """(input ids, labels) of one demonstration: <bos> words <eos> as in pretraining; labels
+    are the ids (loss "sentence") or -100 except at value words (loss "decisions")."""
+    words = demo.sentence.split()
+    ids = [vocab.bos] + vocab.encode(words[: N_POSITIONS - 2]) + [vocab.eos]
+    if loss == "sentence":
+        return ids, list(ids)
+    mask = value_mask(words, demo.prompt_len)[: N_POSITIONS - 2]
+    labels = [-100] + [i if m and i != vocab.unk else -100 for i, m in zip(ids[1:-1], mask)] + [-100]
+    return ids, labels
+
+
+def token_logprobs(model, ids, attn, labels):
+    """log p(label) at every labelled position (0 elsewhere) and the label mask; shifted."""
+    import torch
+
+    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
+    target = labels[:, 1:]
+    mask = target != -100
+    logp = torch.log_softmax(logits, -1).gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    return logp * mask, mask
+
+
+def value_logprobs(lm, demos, batch_size: int = 8) -> list[float]:
+    """Per demonstration: the summed log-probability of its value words under a loaded model
+    (teacher forcing, the full vocabulary: no renormalisation over the valid choices)."""
+    import torch
+
+    demos = as_demos(demos, lm.meta.get("target"))
+    out: list[float] = []
+    lm.model.eval()
+    with torch.no_grad():
+        for b in range(0, len(demos), batch_size):
+            rows = [encode_demo(lm.vocab, d, "decisions") for d in demos[b : b + batch_size]]
+            ids, attn, labels = pad_batch(rows, lm.vocab.pad, str(lm.model.device))
+            logp, _ = token_logprobs(lm.model, ids, attn, labels)
+            out.extend(float(x) for x in logp.sum(-1))
+    return out

@@ -1,0 +1,398 @@
+"""Constrained generation (paper Algorithm 2, improved): valid programs by construction.
+
+The generator walks a task's decisions with the model as the policy. It writes the prompt and
+every context itself and lets the model choose only value words, with logits masked to the
+words that continue some valid choice of the pending decision (a trie over the token sequences
+of the valid choices: multi-word values like tile factors are constrained word by word).
+
+Batched: up to `batch_size` walks ("lanes") run in lock-step, each in a thread that blocks in
+the policy until one model pass has computed the next-word logits of every waiting lane. Lanes
+share a key/value cache; a pass feeds only their new words, left-padded, with padding masked
+and position ids counting real words only, so a lane sees what it would see alone. One thread
+runs at a time (TVM replays never overlap); try i draws from its own random stream, so results
+do not depend on the batch size. Log-probabilities are those of the constrained distribution
+(temperature 1, renormalised over the allowed words), summed; forced words add 0 and cost no pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import threading
+import warnings
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from tlm.errors import TlmError, first_line
+
+BATCH_SIZE = 16
+
+
+@dataclass
+class Generated:
+    task_hash: str
+    sentence: str
+    space: int
+    decisions: list[Any]
+    logprob: float
+    error: str | None = None
+    schedule: Any = field(default=None, repr=False, compare=False)  # the s_tir.Schedule (postprocessed) if valid
+
+    def to_json(self) -> dict[str, Any]:
+        """The record without the schedule (use this, not `dataclasses.asdict`: a Schedule cannot be copied)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "schedule"}
+
+
+def choice_trie(point, vocab) -> dict:
+    """{token id: subtrie}; a leaf holds {None: choice}. Choices with an unknown word are left out."""
+    from tlm.space.language import value_tokens
+
+    root: dict = {}
+    for choice in point.choices:
+        ids = [vocab.id(w) for w in value_tokens(point, choice)]
+        if None not in ids:
+            functools.reduce(lambda node, i: node.setdefault(i, {}), ids, root)[None] = choice
+    return root
+
+
+def _decoder(vocab, tokens: list[int], choose, total: list[float]):
+    """A walk policy that appends each decision's context and value token ids to `tokens`, asking
+    `choose(allowed ids)` -> (id, log-prob) where more than one word can follow (adds to total[0])."""
+    from tlm.space.language import context_tokens
+
+    def policy(point):
+        tokens.extend(vocab.encode(context_tokens(point)))
+        node = choice_trie(point, vocab)
+        if not node:
+            raise TlmError(f"no valid choice of {point.kind} {point.context} is in the model's vocabulary")
+        while None not in node:
+            allowed = list(node)
+            tok, logp = (allowed[0], 0.0) if len(allowed) == 1 else choose(allowed)
+            total[0] += logp
+            tokens.append(tok)
+            node = node[tok]
+        return node[None]
+
+    return policy
+
+
+class _Lane:
+    """One program's walk in its own thread; it runs only between `resume` and its next request."""
+
+    def __init__(self, index: int, space, vocab, prompt: tuple, rng):
+        self.index, self.rng, self.vocab = index, rng, vocab
+        self.pending: list[int] = prompt[0][-1:]  # words the model has not seen yet
+        self.length = len(prompt[0]) - 1  # words in the cache (real positions)
+        self.allowed: list[int] | None = None  # the request: token ids to choose among
+        self.logprob, self.program, self.done, self._reply = 0.0, None, False, None
+        self._go, self._back = threading.Semaphore(0), threading.Semaphore(0)
+        threading.Thread(target=self._run, args=(space,), daemon=True).start()
+        self._back.acquire()
+
+    def resume(self, reply) -> None:
+        """Answer the request ((token, logprob) or an exception) and run to the next one or the end."""
+        self._reply = reply
+        self._go.release()
+        self._back.acquire()
+
+    def _run(self, space) -> None:
+        from tlm.space.design import Program, walk
+
+        total = [0.0]
+        try:
+            prog = walk(space, _decoder(self.vocab, self.pending, self._ask, total))
+        except BaseException as err:  # never leave the coordinator waiting
+            prog = Program(space.task.hash, -1, [], error=first_line(err))
+        self.allowed, self.logprob, self.program, self.done = None, total[0], prog, True
+        self._back.release()
+
+    def _ask(self, allowed: list[int]) -> tuple[int, float]:
+        self.allowed = allowed
+        self._back.release()
+        self._go.acquire()
+        if isinstance(self._reply, BaseException):
+            raise self._reply
+        return self._reply
+
+
+class _Batch:
+    """Lanes of one task sharing a key/value cache; `step` is one model pass for all of them."""
+
+    def __init__(self, gen: Generator, prompt: tuple, greedy: bool, temperature: float, top_k: int):
+        self.gen, self.prompt, self.sampling = gen, prompt, (greedy, temperature, top_k)
+        self.lanes: list[_Lane] = []  # running, each waiting for its next word
+        self.finished: list[_Lane] = []
+        self.cache = self.mask = None  # DynamicCache of the lanes' rows; mask: 1 where a lane has a real word
+
+    def add(self, lane: _Lane) -> None:
+        import torch
+        from torch.nn.functional import pad
+
+        if lane.done:
+            self.finished.append(lane)
+            return
+        past = self.prompt[1]  # (keys, values) per layer of <bos> + the prompt words but the last
+        left = (self.mask.shape[1] if self.lanes else past[0][0].shape[2]) - past[0][0].shape[2]  # >= 0
+        rows = [(pad(k, (0, 0, left, 0)), pad(v, (0, 0, left, 0))) for k, v in past]
+        row = pad(torch.ones((1, past[0][0].shape[2]), dtype=torch.long, device=past[0][0].device), (left, 0))
+        if not self.lanes:
+            from transformers import DynamicCache
+
+            self.cache, self.mask = DynamicCache(ddp_cache_data=rows), row
+        else:
+            for layer, (k, v) in zip(self.cache.layers, rows):
+                layer.keys, layer.values = torch.cat([layer.keys, k]), torch.cat([layer.values, v])
+            self.mask = torch.cat([self.mask, row])
+        self.lanes.append(lane)
+
+    def step(self) -> None:
+        """One model pass: every lane gets its next word and runs to its next request or its end."""
+        import torch
+
+        model, limit = self.gen.lm.model, self.gen.lm.model.config.n_positions
+        for lane in self.lanes:
+            if lane.length + len(lane.pending) > limit:
+                lane.resume(TlmError(f"sentence longer than the model's {limit} positions"))
+        self._retire()
+        if not self.lanes:
+            return
+        lanes, dev = self.lanes, model.device
+        width, pad = max(len(lane.pending) for lane in lanes), self.gen.lm.vocab.pad
+        # Left-padded, so every lane's last word is in the last column; pads are masked, positions real.
+        ids = torch.tensor([[pad] * (width - len(ln.pending)) + ln.pending for ln in lanes], device=dev)
+        pos = torch.tensor([[0] * (width - len(ln.pending)) + list(range(ln.length, ln.length + len(ln.pending)))
+                            for ln in lanes], device=dev)
+        self.mask = torch.cat([self.mask, (ids != pad).long()], 1)  # <pad> is never a real word
+        for lane in lanes:
+            lane.length += len(lane.pending)
+            lane.pending.clear()  # the lane's policy appends to this very list
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=self.mask, position_ids=pos,
+                        past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        self.gen.forward_calls, self.cache = self.gen.forward_calls + 1, out.past_key_values
+        replies = [self._pick(out.logits[i, -1].float(), lane) for i, lane in enumerate(lanes)]
+        for lane, reply in zip(lanes, replies):
+            lane.resume(reply)
+        self._retire()
+
+    def _pick(self, logits, lane: _Lane) -> tuple[int, float]:
+        import torch
+
+        greedy, temperature, top_k = self.sampling
+        sub = logits[torch.tensor(lane.allowed, device=logits.device)]
+        if greedy:
+            pick = int(torch.argmax(sub))
+        else:
+            scores = sub / max(temperature, 1e-6)
+            if 0 < top_k < len(sub):
+                scores = scores.masked_fill(scores < torch.topk(scores, top_k).values[-1], -math.inf)
+            pick = int(torch.multinomial(torch.softmax(scores, -1).cpu(), 1, generator=lane.rng))
+        return lane.allowed[pick], float(torch.log_softmax(sub, -1)[pick])
+
+    def _retire(self) -> None:
+        """Move finished lanes out: keep the others' rows, drop cache columns no lane uses."""
+        rows = [i for i, lane in enumerate(self.lanes) if not lane.done]
+        if len(rows) == len(self.lanes):
+            return
+        self.finished += [lane for lane in self.lanes if lane.done]
+        self.lanes = [self.lanes[i] for i in rows]
+        if not rows:
+            self.cache = self.mask = None
+            return
+        self.mask = self.mask[rows]
+        cols = self.mask.any(0).nonzero().squeeze(1)
+        self.mask = self.mask[:, cols]
+        for layer in self.cache.layers:
+            layer.keys, layer.values = layer.keys[rows][:, :, cols], layer.values[rows][:, :, cols]
+
+    def close(self) -> None:
+        """End the walks of lanes still waiting (after an error in the coordinator)."""
+        for lane in [lane for lane in self.lanes if not lane.done]:
+            lane.resume(TlmError("generation aborted"))
+        self.lanes = []
+
+
+def _rngs(seed: int):
+    """Try i's random stream: a function of (seed, i) only."""
+    import torch
+
+    return lambda i: torch.Generator().manual_seed((seed * 1_000_003 + i) % 2**64)
+
+
+class Generator:
+    """Generates programs of tasks with a loaded model (see `tlm.model.lm.load_model`)."""
+
+    def __init__(self, lm, target=None):
+        from tlm.graph.target import host_target
+        from tlm.space.sampling import target_id
+
+        self.lm, self.target = lm, target or host_target()
+        self.forward_calls = 0  # model passes so far (generation and scoring)
+        if lm.meta.get("target_id") not in (None, target_id(self.target)):
+            warnings.warn(f"model {lm.path} was trained for another target than {self.target.key}", stacklevel=2)
+
+    @classmethod
+    def from_dir(cls, path: str | Path, target=None, device: str = "cpu") -> Generator:
+        from tlm.model.lm import load_model
+
+        return cls(load_model(path, device), target)
+
+    def _prompt(self, task) -> tuple[list[int], list]:
+        """<bos> + prompt words, and the key/value cache of all but the last (once per task)."""
+        import torch
+
+        from tlm.space.language import prompt_tokens
+
+        ids = [self.lm.vocab.bos] + self.lm.vocab.encode(prompt_tokens(task, self.target))
+        with torch.no_grad():
+            out = self.lm.model(input_ids=torch.tensor([ids[:-1]], device=self.lm.model.device), use_cache=True)
+        self.forward_calls += 1
+        return ids, [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+
+    def _generated(self, task, lane: _Lane) -> Generated:
+        from tlm.space.language import render
+
+        prog = lane.program
+        sentence = "" if prog.sch is None else render(prog, task, self.target)
+        decisions = [list(d) if isinstance(d, tuple) else d for d in prog.decisions]
+        schedule = prog.sch if prog.ok else None
+        return Generated(task.hash, sentence, prog.space, decisions, lane.logprob, prog.error, schedule)
+
+    def _run(self, task, sampling: tuple, rngs, batch_size: int, more, space=None, prompt=None) -> list[Generated]:
+        """Programs of tries 0, 1, ... in try order (try i samples with `rngs(i)`), starting a try
+        while fewer than `batch_size` run and `more(tries started, tries running, results so far)`."""
+        from tlm.space.design import task_space
+
+        space, prompt = space or task_space(task, self.target), prompt or self._prompt(task)
+        batch = _Batch(self, prompt, *sampling)
+        results: dict[int, Generated] = {}
+        tries = 0  # started
+        try:
+            while True:
+                for lane in batch.finished:
+                    results[lane.index] = self._generated(task, lane)
+                batch.finished = []
+                if len(batch.lanes) < max(1, batch_size) and more(tries, len(batch.lanes), results):
+                    batch.add(_Lane(tries, space, self.lm.vocab, prompt, rngs(tries)))
+                    tries += 1
+                elif batch.lanes:
+                    batch.step()
+                else:
+                    return [results[i] for i in sorted(results)]
+        finally:
+            batch.close()
+
+    def one(self, task, space=None, *, greedy: bool = False, temperature: float = 1.0, top_k: int = 0,
+            rng=None, prompt=None) -> Generated:
+        """One program of `task` (check `.error`: a postprocessor may still reject it)."""
+        return self._run(task, (greedy, temperature, top_k), lambda i: rng, 1, lambda t, a, r: t < 1, space, prompt)[0]
+
+    def sample(self, task, n: int, *, greedy: bool = False, temperature: float = 1.0, top_k: int = 0, seed: int = 0,
+               batch_size: int = BATCH_SIZE) -> list[Generated]:
+        """`n` programs with duplicates and rejected ones: the model's own distribution (= generate's tries)."""
+        return self._run(task, (greedy, temperature, top_k), _rngs(seed), batch_size, lambda t, a, r: t < n)
+
+    def generate(self, task, n: int, *, greedy: bool = False, temperature: float = 1.0, top_k: int = 0,
+                 seen: set[str] | None = None, seed: int = 0, max_tries: int | None = None,
+                 batch_size: int = BATCH_SIZE) -> list[Generated]:
+        """Up to `n` distinct valid programs of `task` whose sentences are not in `seen`.
+
+        Greedy decoding is deterministic, so it gives at most one program (the most likely
+        one under word-by-word argmax). Rejected programs (postprocessor) are retried. Try i
+        samples from its own stream of (seed, i) and the result is the first `n` accepted tries
+        in try order (extra tries run ahead are dropped): the same for any `batch_size`.
+        """
+        seen = set(seen or ())
+        max_tries = max_tries or (1 if greedy else 4 * n + 10)
+
+        def more(tries: int, running: int, results: dict[int, Generated]) -> bool:
+            """Enough tries running to fill the missing programs at the rate tries have given new ones."""
+            fresh = len({g.sentence for g in results.values() if g.error is None and g.sentence not in seen})
+            return tries < max_tries and running < math.ceil((n - fresh) * (len(results) + 1) / (fresh + 1))
+
+        out: list[Generated] = []
+        for g in self._run(task, (greedy, temperature, top_k), _rngs(seed), batch_size, more):
+            if len(out) < n and g.error is None and g.sentence not in seen:
+                seen.add(g.sentence)
+                out.append(g)
+        return out
+
+    def logprob(self, task, sentence: str) -> float:
+        """The model's log-probability of a sentence as generation scores it (`Generated.logprob`):
+        the sum over value words of log-softmax over the words allowed there (forced words add 0).
+        One plain forward pass over the whole sentence: no cache, no batching."""
+        import torch
+
+        from tlm.space.design import task_space, walk
+        from tlm.space.language import prompt_tokens
+
+        vocab, model = self.lm.vocab, self.lm.model
+        head = [vocab.bos] + vocab.encode(prompt_tokens(task, self.target))
+        ids = [vocab.bos] + vocab.encode(sentence.split())
+        if ids[: len(head)] != head:
+            raise TlmError("sentence prompt does not match the task and target")
+        if len(ids) > model.config.n_positions:
+            raise TlmError(f"sentence longer than the model's {model.config.n_positions} positions")
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([ids], device=model.device)).logits[0].float()
+        self.forward_calls += 1
+        tokens, total = [], [0.0]  # the decoder appends to tokens and adds to total
+
+        def choose(allowed: list[int]) -> tuple[int, float]:
+            at = len(head) + len(tokens)  # logits[at - 1] predicts ids[at]
+            if at >= len(ids) or ids[at] not in allowed:
+                raise TlmError(f"word {at - 1} of the sentence continues no valid choice")
+            logp = torch.log_softmax(logits[at - 1][torch.tensor(allowed, device=logits.device)], -1)
+            return ids[at], float(logp[allowed.index(ids[at])])
+
+        prog = walk(task_space(task, self.target), _decoder(vocab, tokens, choose, total), postproc=False)
+        if prog.sch is None or head + tokens != ids:
+            raise TlmError(f"the sentence names no program of the task: {prog.error or 'words differ'}")
+        return total[0]
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    from tlm.graph.extract import tasks_for_source
+
+    ts = tasks_for_source(args.source, target=args.target)
+    gen = Generator.from_dir(args.model, ts.target, args.device)
+    lines = Path(args.seen).read_text().splitlines() if args.seen else []
+    seen = {json.loads(line)["sentence"] for line in lines if line.strip()}
+    count, out = 0, Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    with open(tmp, "w") as f, Progress(disable=not args.progress) as bar:
+        job = bar.add_task("generating", total=len(ts.tasks))
+        for i, task in enumerate(ts.tasks):
+            progs = gen.generate(task, args.per_task, greedy=args.greedy, temperature=args.temperature,
+                                 top_k=args.top_k, seen=seen, seed=args.seed + i, batch_size=args.batch_size)
+            for g in progs:
+                f.write(json.dumps(dict(g.to_json(), task_name=task.name)) + "\n")
+            count += len(progs)
+            bar.advance(job)
+    tmp.replace(out)
+    print(f"{count} programs for {len(ts.tasks)} tasks of {args.source} in {args.out}")
+    return 0
+
+
+def register_cli(subparsers) -> None:
+    p = subparsers.add_parser("generate", help="generate programs of a workload's tasks with a model")
+    p.add_argument("source", help="zoo workload name or .onnx path")
+    p.add_argument("--model", required=True, help="model directory (tlm pretrain --out)")
+    p.add_argument("--per-task", type=int, default=16)
+    p.add_argument("--out", required=True, help="output JSON-lines file")
+    p.add_argument("--greedy", action="store_true", help="the single most likely program per task")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0, help="0: off")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="programs decoded together")
+    p.add_argument("--seen", default=None, help="JSON-lines file of sentences to skip (already measured)")
+    p.add_argument("--target", default=None)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.set_defaults(func=_cmd_generate)

@@ -1,0 +1,251 @@
+"""The tensor language model: word-level tokenizer, GPT-2 presets, safe save/load.
+
+A model directory holds (Hugging Face format, no pickles):
+    config.json, model.safetensors   GPT2LMHeadModel (save_pretrained(safe_serialization=True))
+    tokenizer.json (+ HF files)      word-level vocabulary over whitespace-split words
+    tlm.json                         sentence-format version, target config, preset
+Pretraining (`tlm.model.pretrain`) also writes `train.json` and `checkpoint/` there.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tlm.errors import TlmError, first_line
+
+PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<bos>", "<eos>"
+SPECIALS = (PAD, UNK, BOS, EOS)
+MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tlm.json")
+
+# Named model sizes; lr is the AdamW peak learning rate used for pretraining from scratch.
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": {"n_layer": 2, "n_head": 2, "n_embd": 64, "lr": 3e-3, "batch_size": 16, "steps": 500},
+    # ~0.35 s/step (80-word sentences) to ~1.5 s/step (200 words) on 2 CPU cores: ~1-2 h.
+    "small": {"n_layer": 4, "n_head": 4, "n_embd": 256, "lr": 1e-3, "batch_size": 16, "steps": 6000},
+    "paper": {"n_layer": 12, "n_head": 12, "n_embd": 768, "lr": 2e-4, "batch_size": 16, "steps": 50000},
+}
+N_POSITIONS = 1024
+_NUMERALS = 1025  # 0..1024: loop extents, tile factors, unroll steps, loop indices
+
+
+# ---------------------------------------------------------------- tokenizer
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
+
+
+def sentence_words(sentences: Iterable[str]) -> set[str]:
+    """The words of sentences plus every divisor of every tiled loop extent they name."""
+    words: set[str] = set()
+    for s in sentences:
+        ws = s.split()
+        words.update(ws)
+        for i, w in enumerate(ws):
+            if w == "tile" and i + 3 < len(ws) and ws[i + 3].isdigit():
+                words.update(str(d) for d in _divisors(int(ws[i + 3])))
+    return words
+
+
+def space_words(tasks, target, walks: int = 4, seed: int = 0) -> set[str]:
+    """Prompt, context and every valid choice's value words at every point of a few walks of
+    each design space of each task (the enumerated choice sets, not only sampled values)."""
+    import random
+
+    from tlm.graph.target import host_target
+    from tlm.space.design import task_space, walk
+    from tlm.space.language import context_tokens, prompt_tokens, value_tokens
+
+    target = target or host_target()
+    words: set[str] = set()
+    rng = random.Random(seed)
+    for task in tasks:
+        words.update(prompt_tokens(task, target))
+        space = task_space(task, target)
+        for idx in range(len(space)):
+            for _ in range(walks):
+                def policy(point, idx=idx):
+                    words.update(context_tokens(point))
+                    for c in point.choices:
+                        words.update(value_tokens(point, c))
+                    if point.kind == "space":
+                        return idx
+                    return point.choices[rng.randrange(len(point.choices))]
+
+                walk(space, policy, postproc=False)
+    return words
+
+
+def build_tokenizer(words: Iterable[str]):
+    """A word-level tokenizer over special tokens, numerals 0..1024 and `words` (sorted)."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import WhitespaceSplit
+
+    rest = set(words) | {str(i) for i in range(_NUMERALS)}
+    rest -= set(SPECIALS)
+    ordered = list(SPECIALS) + sorted(rest, key=lambda w: (not w.isdigit(), int(w) if w.isdigit() else 0, w))
+    tok = Tokenizer(WordLevel({w: i for i, w in enumerate(ordered)}, unk_token=UNK))
+    tok.pre_tokenizer = WhitespaceSplit()
+    return tok
+
+
+class Vocab:
+    """Word <-> id over a `tokenizers.Tokenizer` (words are whole tokens, no subwords)."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.pad, self.unk, self.bos, self.eos = (tokenizer.token_to_id(s) for s in SPECIALS)
+        if None in (self.pad, self.unk, self.bos, self.eos):
+            raise TlmError("tokenizer lacks the special tokens")
+
+    def __len__(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def id(self, word: str) -> int | None:
+        return self.tokenizer.token_to_id(word)
+
+    def encode(self, words: list[str]) -> list[int]:
+        return [self.unk if (i := self.tokenizer.token_to_id(w)) is None else i for w in words]
+
+    def decode(self, ids: list[int]) -> list[str]:
+        return [self.tokenizer.id_to_token(i) for i in ids]
+
+
+# ---------------------------------------------------------------- model
+
+def _quiet() -> None:
+    """No per-save progress bars or config notes from transformers."""
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+
+
+def new_model(preset: str, vocab_size: int, seed: int = 0):
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    if preset not in PRESETS:
+        raise TlmError(f"unknown preset {preset!r} (choose {', '.join(PRESETS)})")
+    p = PRESETS[preset]
+    cfg = GPT2Config(vocab_size=vocab_size, n_positions=N_POSITIONS, n_embd=p["n_embd"], n_layer=p["n_layer"],
+                     n_head=p["n_head"], bos_token_id=SPECIALS.index(BOS), eos_token_id=SPECIALS.index(EOS),
+                     pad_token_id=SPECIALS.index(PAD))
+    _quiet()
+    torch.manual_seed(seed)
+    return GPT2LMHeadModel(cfg)
+
+
+def save_model(model, tokenizer, out: str | Path, meta: dict[str, Any]) -> None:
+    """Write a model directory; `tlm.json` last so a half-written directory fails to load."""
+    from tlm.space.language import SENTENCE_VERSION
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tlm.json").unlink(missing_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    save_tokenizer(tokenizer, out)
+    write_json(out / "tlm.json", dict(meta, sentence_version=SENTENCE_VERSION))
+
+
+def save_tokenizer(tokenizer, out: Path) -> None:
+    from transformers import PreTrainedTokenizerFast
+
+    hf = PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token=PAD, unk_token=UNK, bos_token=BOS, eos_token=EOS)
+    hf.save_pretrained(out)
+
+
+def write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+@dataclass
+class LoadedModel:
+    model: Any  # GPT2LMHeadModel in eval mode
+    vocab: Vocab
+    meta: dict[str, Any]  # tlm.json
+    path: Path
+
+
+def load_model(path: str | Path, device: str = "cpu") -> LoadedModel:
+    """Load a model directory (safetensors only); any defect is a one-line TlmError."""
+    from tlm.space.language import SENTENCE_VERSION
+
+    path = Path(path)
+    missing = [f for f in MODEL_FILES if not (path / f).is_file()]
+    if missing:
+        raise TlmError(f"{path} is not a tlm model directory (missing {', '.join(missing)})")
+    try:
+        meta = json.loads((path / "tlm.json").read_text())
+        if not isinstance(meta, dict):
+            raise ValueError("not an object")
+    except (OSError, ValueError) as err:
+        raise TlmError(f"unreadable {path / 'tlm.json'}: {err}") from None
+    if meta.get("sentence_version") != SENTENCE_VERSION:
+        raise TlmError(f"model {path} was trained on sentence version {meta.get('sentence_version')}, "
+                       f"this tlm writes version {SENTENCE_VERSION}: retrain it")
+    try:
+        from tokenizers import Tokenizer
+
+        vocab = Vocab(Tokenizer.from_file(str(path / "tokenizer.json")))
+    except TlmError:
+        raise
+    except Exception as err:
+        raise TlmError(f"corrupt tokenizer in {path}: {first_line(err, last=False)}") from None
+    try:
+        from transformers import GPT2LMHeadModel
+
+        _quiet()
+        model = GPT2LMHeadModel.from_pretrained(path, use_safetensors=True)
+    except Exception as err:
+        raise TlmError(f"corrupt model in {path}: {first_line(err, last=False)}") from None
+    if model.config.vocab_size != len(vocab):
+        raise TlmError(f"model {path}: vocabulary size {model.config.vocab_size} != tokenizer's {len(vocab)}")
+    model.to(device).eval()
+    return LoadedModel(model, vocab, meta, path)
+
+
+def pad_batch(rows: list[tuple[list[int], list[int]]], pad: int, device: str):
+    """(ids, attention mask, labels) tensors [rows, longest row] of (ids, labels) rows: ids padded
+    with `pad`, labels with -100 (padding is never trained on)."""
+    import torch
+
+    width = max(len(ids) for ids, _ in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    attn = torch.zeros((len(rows), width), dtype=torch.long)
+    for k, (i, lab) in enumerate(rows):
+        ids[k, : len(i)] = torch.tensor(i)
+        labels[k, : len(lab)] = torch.tensor(lab)
+        attn[k, : len(i)] = 1
+    return ids.to(device), attn.to(device), labels.to(device)
+
+
+# ---------------------------------------------------------------- shipped models
+def repo_root() -> Path:
+    """The checkout (or install) that holds `pretrained/`."""
+    return Path(__file__).resolve().parents[2]
+
+
+def default_model_dir(target) -> Path:
+    """The shipped model for a target: `pretrained/tlm-ft-KIND-ISA` (fine-tuned) if present,
+    else `pretrained/tlm-base-KIND-ISA`; a TlmError naming the missing directories otherwise."""
+    from tlm.graph.target import resolve_target
+
+    info = resolve_target(target)
+    root = repo_root() / "pretrained"
+    names = [f"tlm-ft-{info.kind}-{info.isa}", f"tlm-base-{info.kind}-{info.isa}"]
+    for name in names:
+        if (root / name).is_dir():
+            return root / name
+    raise TlmError(f"no TLM model for {info.kind}/{info.isa}: neither {root / names[0]} nor "
+                   f"{root / names[1]} exists (train one, or pass --model DIR)")

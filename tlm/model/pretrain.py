@@ -1,0 +1,301 @@
+"""Pretraining a tensor language model on sampled sentences (resumable).
+
+A pretraining run writes a model directory (see `tlm.model.lm`) plus
+    train.json     the PretrainConfig, split sizes and vocabulary size
+    checkpoint/    model, AdamW state as safetensors, and state.json (step, loss history)
+Re-running `pretrain` on the same `--out` resumes from the checkpoint; the batch order, the
+learning rate and dropout are pure functions of (seed, step), so a resumed run matches an
+uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tlm.errors import TlmError, first_line
+from tlm.model.lm import (N_POSITIONS, PRESETS, Vocab, build_tokenizer, new_model, pad_batch, save_model,
+                          save_tokenizer, sentence_words, space_words, write_json)
+
+
+@dataclass
+class PretrainConfig:
+    preset: str = "small"
+    steps: int = 0  # 0: the preset's
+    batch_size: int = 0  # 0: the preset's
+    lr: float = 0.0  # 0: the preset's
+    warmup: int = 200
+    weight_decay: float = 0.01
+    val_fraction: float = 0.02
+    max_val: int = 2000  # held-out sentences at most
+    eval_every: int = 500
+    save_every: int = 500
+    seed: int = 0
+    device: str = "cpu"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def resolved(self) -> PretrainConfig:
+        if self.preset not in PRESETS:
+            raise TlmError(f"unknown preset {self.preset!r} (choose {', '.join(PRESETS)})")
+        p = PRESETS[self.preset]
+        return PretrainConfig(**dict(asdict(self), batch_size=self.batch_size or p["batch_size"],
+                                                   lr=self.lr or p["lr"], steps=self.steps or p["steps"]))
+
+
+def split_sentences(sentences: list[str], cfg: PretrainConfig) -> tuple[list[str], list[str]]:
+    """(training, validation) sentences: distinct ones, shuffled with the config's seed."""
+    import random
+
+    order = sorted(set(sentences))
+    random.Random(cfg.seed).shuffle(order)
+    n_val = min(cfg.max_val, int(len(order) * cfg.val_fraction)) if len(order) > 1 else 0
+    n_val = max(n_val, 1) if len(order) >= 10 else n_val
+    return order[n_val:], order[:n_val]
+
+
+def sentence_batch(vocab: Vocab, sentences: list[str], device: str):
+    """(ids, attention mask, labels) [batch, longest sentence] of <bos> words <eos> sequences."""
+    seqs = [[vocab.bos] + vocab.encode(s.split())[: N_POSITIONS - 2] + [vocab.eos] for s in sentences]
+    return pad_batch([(s, s) for s in seqs], vocab.pad, device)
+
+
+def _val_loss(model, vocab: Vocab, val: list[str], cfg: PretrainConfig) -> float | None:
+    import torch
+
+    if not val:
+        return None
+    model.eval()
+    total = count = 0.0
+    with torch.no_grad():
+        for i in range(0, len(val), cfg.batch_size):
+            ids, mask, labels = sentence_batch(vocab, val[i : i + cfg.batch_size], cfg.device)
+            n = int((labels[:, 1:] != -100).sum())
+            total += float(model(input_ids=ids, attention_mask=mask, labels=labels).loss) * n
+            count += n
+    model.train()
+    return total / max(count, 1)
+
+
+def _save_checkpoint(model, opt, out: Path, state: dict[str, Any]) -> None:
+    from safetensors.torch import save_file
+
+    tmp, ckpt, old = out / "checkpoint.tmp", out / "checkpoint", out / "checkpoint.old"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    sd = opt.state_dict()
+    tensors = {f"{k}.{name}": v.contiguous() for k, st in sd["state"].items() for name, v in st.items()}
+    save_file(tensors, str(tmp / "optimizer.safetensors"))
+    write_json(tmp / "state.json", state)
+    shutil.rmtree(old, ignore_errors=True)
+    if ckpt.exists():
+        os.replace(ckpt, old)
+    os.replace(tmp, ckpt)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _load_checkpoint(model, opt, out: Path) -> dict[str, Any] | None:
+    from safetensors.torch import load_file
+
+    ckpt = out / "checkpoint"
+    if not (ckpt / "state.json").is_file():
+        return None
+    try:
+        from transformers import GPT2LMHeadModel
+
+        saved = GPT2LMHeadModel.from_pretrained(ckpt, use_safetensors=True)
+        model.load_state_dict(saved.state_dict())
+        tensors = load_file(str(ckpt / "optimizer.safetensors"))
+        sd = opt.state_dict()
+        state: dict[int, dict[str, Any]] = {}
+        for key, v in tensors.items():
+            k, name = key.split(".", 1)
+            state.setdefault(int(k), {})[name] = v
+        sd["state"] = state
+        opt.load_state_dict(sd)
+        return json.loads((ckpt / "state.json").read_text())
+    except Exception as err:
+        raise TlmError(f"corrupt checkpoint {ckpt}: {first_line(err, last=False)} (delete it to restart)") from None
+
+
+def _bucketed(order: list[int], train: list[str], size: int, rnd) -> list[int]:
+    """Batches of similar lengths (less padding): sort chunks of 50 batches, shuffle the batches."""
+    out: list[int] = []
+    span = size * 50
+    for c in range(0, len(order), span):
+        chunk = sorted(order[c : c + span], key=lambda i: len(train[i]))
+        batches = [chunk[b : b + size] for b in range(0, len(chunk), size)]
+        rnd.shuffle(batches)
+        out.extend(i for b in batches for i in b)
+    return out
+
+
+def _lr_factor(step: int, cfg: PretrainConfig) -> float:
+    warm = min(1.0, (step + 1) / max(1, cfg.warmup))
+    return warm * max(0.05, 0.5 * (1 + math.cos(math.pi * min(1.0, step / max(1, cfg.steps)))))
+
+
+def _progress(state: dict[str, Any], val: list[str]) -> dict[str, Any]:
+    """What tlm.json records of training: step, last losses (mean per word, nats), val size."""
+    last = state["history"][-1] if state["history"] else {}
+    return {"step": state["step"], "train_loss": last.get("train_loss"), "val_loss": last.get("val_loss"),
+            "val_sentences": len(val)}
+
+
+
+def optimizer_step(model, opt, loss, lr: float) -> float:
+    """One AdamW step at learning rate `lr` with gradients clipped to norm 1; the loss value."""
+    import torch
+
+    for group in opt.param_groups:
+        group["lr"] = lr
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss.item()
+
+
+def pretrain(data: str | Path | list[str], out: str | Path, config: PretrainConfig | None = None, *,
+             tasks=None, target=None, progress: bool = True) -> dict[str, Any]:
+    """Pretrain a model on sampled sentences (a sampling directory or a list of sentences).
+
+    Resumes from `out/checkpoint` when present (the saved train.json must agree). `tasks` add
+    the enumerated choices of their spaces to the vocabulary. Returns the final losses.
+    """
+    import torch
+
+    from tlm.space.sampling import read_shards
+
+    cfg = (config or PretrainConfig()).resolved()
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise TlmError("--device cuda asked for but CUDA is not available")
+    out = Path(out)
+    meta: dict[str, Any] = {"preset": cfg.preset}
+    if isinstance(data, (str, Path)):
+        try:
+            manifest = json.loads((Path(data) / "manifest.json").read_text())
+            sentences = [r["sentence"] for r in read_shards(data)]
+        except (OSError, ValueError, KeyError) as err:
+            raise TlmError(f"unreadable sampling directory {data}: {err}") from None
+        meta.update(target=manifest.get("target"), target_id=manifest.get("target_id"))
+    else:
+        sentences = list(data)
+    if target is not None:
+        from tlm.space.sampling import target_id
+
+        meta.update(target=target.config, target_id=target_id(target))
+    if not sentences:
+        raise TlmError(f"no sentences in {data}")
+    train, val = split_sentences(sentences, cfg)
+
+    out.mkdir(parents=True, exist_ok=True)
+    saved_cfg = out / "train.json"
+    if saved_cfg.is_file() and (out / "checkpoint").exists():
+        prev = json.loads(saved_cfg.read_text()).get("config", {})
+        if prev.get("preset") != cfg.preset or prev.get("seed") != cfg.seed:
+            raise TlmError(f"{out} holds a run with another preset or seed: use another --out")
+    tok_path = out / "tokenizer.json"
+    if tok_path.is_file():
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(tok_path))
+    else:
+        words = sentence_words(sentences)
+        if tasks:
+            words |= space_words(tasks, target)
+        tokenizer = build_tokenizer(words)
+        save_tokenizer(tokenizer, out)
+    vocab = Vocab(tokenizer)
+
+    model = new_model(cfg.preset, len(vocab), cfg.seed).to(cfg.device)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    state = _load_checkpoint(model, opt, out) or {"step": 0, "history": []}
+    resumed = state["step"]
+    write_json(saved_cfg, {"config": asdict(cfg), "train": len(train), "val": len(val), "vocab": len(vocab)})
+
+    per_epoch = max(1, math.ceil(len(train) / cfg.batch_size))
+    order: list[int] = []
+    epoch = -1
+    first_loss = last_loss = None
+    start = time.perf_counter()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    bar = Progress(TextColumn("pretraining"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                   TextColumn("{task.fields[info]}"), disable=not progress)
+    with bar:
+        job = bar.add_task("steps", total=cfg.steps, completed=state["step"], info="")
+        while state["step"] < cfg.steps:
+            step = state["step"]
+            if step // per_epoch != epoch:  # batch order is a pure function of (seed, epoch)
+                import random
+
+                epoch = step // per_epoch
+                order = list(range(len(train)))
+                rnd = random.Random(cfg.seed * 1000003 + epoch)
+                rnd.shuffle(order)
+                order = _bucketed(order, train, cfg.batch_size, rnd)
+            b = step % per_epoch
+            batch = [train[i] for i in order[b * cfg.batch_size : (b + 1) * cfg.batch_size]]
+            torch.manual_seed(cfg.seed * 7919 + step)  # dropout
+            ids, mask, labels = sentence_batch(vocab, batch, cfg.device)
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            # warmup then cosine decay: a pure function of the step
+            last_loss = optimizer_step(model, opt, loss, cfg.lr * _lr_factor(step, cfg))
+            first_loss = last_loss if first_loss is None else first_loss
+            state["step"] = step + 1
+            bar.update(job, completed=state["step"], info=f"loss {last_loss:.3f}")
+            done = state["step"] == cfg.steps
+            if done or state["step"] % cfg.eval_every == 0:
+                state["history"].append({"step": state["step"], "train_loss": last_loss,
+                                         "val_loss": _val_loss(model, vocab, val, cfg)})
+            if done or state["step"] % cfg.save_every == 0:
+                _save_checkpoint(model, opt, out, state)
+                save_model(model, tokenizer, out, dict(meta, **_progress(state, val)))
+    if not (out / "tlm.json").is_file():  # resumed a finished run
+        save_model(model, tokenizer, out, dict(meta, **_progress(state, val)))
+    val_loss = state["history"][-1]["val_loss"] if state["history"] else None
+    return {"steps": state["step"], "resumed_from": resumed, "first_loss": first_loss, "train_loss": last_loss, "val_loss": val_loss,
+            "history": state["history"], "seconds": time.perf_counter() - start, "train": len(train),
+            "val": len(val), "vocab": len(vocab)}
+
+
+def _cmd_pretrain(args: argparse.Namespace) -> int:
+    tasks, target = None, None
+    if args.source:
+        from tlm.graph.extract import tasks_for_source
+
+        tasks = []
+        for source in args.source:
+            ts = tasks_for_source(source, target=args.target)
+            target = target or ts.target
+            tasks.extend(ts.tasks)
+    cfg = PretrainConfig(preset=args.preset, steps=args.steps, device=args.device, seed=args.seed,
+                         batch_size=args.batch_size, lr=args.lr)
+    res = pretrain(args.data, args.out, cfg, tasks=tasks, target=target)
+    val = f"{res['val_loss']:.4f}" if res["val_loss"] is not None else "n/a"
+    print(f"{res['steps']} steps; train loss {res['train_loss']}, val loss {val}; "
+          f"{res['train']} train / {res['val']} val sentences, vocab {res['vocab']}; model in {args.out}")
+    return 0
+
+
+def register_cli(subparsers) -> None:
+    p = subparsers.add_parser("pretrain", help="pretrain a tensor language model on sampled sentences")
+    p.add_argument("--data", required=True, help="sampling directory (tlm sample --out)")
+    p.add_argument("--preset", default="small", choices=list(PRESETS))
+    p.add_argument("--out", required=True, help="model directory (re-running resumes)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--steps", type=int, default=0, help="default: the preset's")
+    p.add_argument("--batch-size", type=int, default=0, help="default: the preset's")
+    p.add_argument("--lr", type=float, default=0.0, help="default: the preset's")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--source", nargs="*", default=[], help="workloads whose spaces' choices join the vocabulary")
+    p.add_argument("--target", default=None, help="target of --source tasks (default host)")
+    p.set_defaults(func=_cmd_pretrain)

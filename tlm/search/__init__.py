@@ -1,0 +1,11 @@
+"""Stage 5, search: tuners spend a measurement budget on a model's tasks.
+
+[Task] + budget  --tuner (proposals -> measurer -> database)-->  summary rows
+
+- base.py         TuneConfig, budgets, seeds and the `Tuner` base every tuner shares
+- baselines.py    MetaSchedule's evolutionary search and random programs
+- tlm_tuner.py    the language model as the proposer (greedy program, samples, rounds by weight x latency)
+- tune.py         `tlm tune`: one entry for every tuner
+- loop.py         iterative optimization: generate, measure, fine-tune, in rounds (`tlm loop`)
+- loop_state.py   the loop's work directory, batches, stop rule and convergence log
+"""

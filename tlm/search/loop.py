@@ -1,0 +1,391 @@
+"""Iterative optimization (paper Algorithm 1 and §5.3): generate -> measure -> SFT, in rounds.
+
+    tlm loop --base MODEL --work DIR [--sources pretrain-set ...] [--kb 4] [--kp 8] [--rounds N]
+
+The training tasks (the sources' tasks minus every task of the held-out test workloads,
+optionally capped with --max-tasks, spread across task kinds) are sorted by task kind and dealt
+into k_b batches, one every k_b. Round r takes batch r mod k_b: the newest finished model (round
+0: the base) generates k_p new programs per task (sentences already in the database are
+skipped), they are measured and committed (proposer "tlm", round r), then the demonstrations
+(the best measured program of every training task, over all records) fine-tune the BASE model
+into work/models/round-<r>. Fine-tuning runs in its own process (`python -m tlm.model.finetune`, one
+torch thread) while the next round is measured with the previous model: the paper's
+two-process pipeline, where demonstrations i give TLM i+2. `--no-pipeline` waits instead
+(quieter timings on a machine with few cores, since the fine-tuning process competes with the
+measurement for CPU).
+
+The work directory (tlm.search.loop_state) holds everything needed to resume. A program is never
+measured twice: a round killed half-way measures only what it lacks (per-task counts of its
+committed records), and a committed round is never redone. The loop stops when the normalized
+total latency (tlm.search.loop_state, paper Figure 9) improved by less than `min_gain` (1%) over the
+last --patience-measurements measurements (default: k_p per task, one pass over all tasks),
+after --rounds rounds, or when the model finds no new program in k_b rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from tlm.errors import TlmError
+from tlm.measure.measurer import MeasureConfig
+from tlm.model.finetune import FinetuneConfig, FinetuneJob, FinetuneOutcome, finetune_outcome, model_done
+from tlm.search.loop_state import (CSV_COLUMNS, STATE_VERSION, WorkDir, batch_key, converged, select_tasks,
+                                   split_batches, stop_reason, write_convergence)
+
+__all__ = ["CSV_COLUMNS", "STATE_VERSION", "LoopConfig", "batch_key", "converged", "register_cli", "run_loop",
+           "select_tasks", "split_batches", "write_convergence"]
+
+
+@dataclass
+class LoopConfig:
+    base: str
+    work: str
+    sources: list[str] = field(default_factory=list)  # zoo names / .onnx / "pretrain-set"
+    kb: int = 4  # batches of tasks (one batch per round, cyclically)
+    kp: int = 8  # programs generated and measured per task and round
+    rounds: int = 0  # stop after this many rounds (0: only the convergence rule)
+    max_tasks: int = 0  # 0: every training task
+    patience_measurements: int = 0  # 0: kp * number of tasks
+    min_gain: float = 0.01
+    ft_steps: int = 0  # 0: FinetuneConfig's default (epochs over the demonstrations)
+    ft_lr: float = 0.0
+    ft_batch_size: int = 16
+    ft_epochs: float = 3.0
+    ft_loss: str = "sentence"  # bench/results/sft_loss.md
+    ft_threads: int = 1
+    per_task_demos: int = 1
+    pipeline: bool = True
+    temperature: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+    target: Any = None  # None: host
+    device: str = "cpu"
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LoopConfig:
+        known = {f.name for f in fields(cls)}
+        data = {k: v for k, v in data.items() if k in known}
+        data["measure"] = MeasureConfig(**data.get("measure", {}))
+        return cls(**data)
+
+
+# ---------------------------------------------------------------- the loop
+
+class _Loop:
+    def __init__(self, config: LoopConfig, tasks: list | None, progress: bool, measurer=None):
+        from rich.console import Console
+
+        from tlm.graph.target import resolve_target
+        from tlm.measure.database import open_db
+        from tlm.model.lm import MODEL_FILES
+
+        self.config = config
+        self.progress = progress
+        self.console = Console(stderr=True, quiet=not progress)
+        self.work = Path(config.work)
+        self.base = Path(config.base)
+        if config.kb < 1 or config.kp < 1:
+            raise TlmError("--kb and --kp must be at least 1")
+        missing = [f for f in MODEL_FILES if not (self.base / f).is_file()]
+        if missing:
+            raise TlmError(f"--base {self.base} is not a model directory (missing {', '.join(missing)})")
+        self.target = resolve_target(config.target)
+        self.wd = WorkDir(self.work)
+        self.wd.check_config(dict(config.to_json(), target=self.target.config))
+        self.tasks = self.wd.tasks(tasks, config.max_tasks, self._load_tasks)
+        self.batches = split_batches(self.tasks, config.kb)
+        self.patience = config.patience_measurements or config.kp * len(self.tasks)
+        self.state = self.wd.load_state(self.target.key)
+        self.db = open_db(str(self.work / "db"))
+        self._job: FinetuneJob | None = None
+        self._measurer = measurer
+        self._own_measurer = measurer is None
+        self._gen: tuple[str, Any] | None = None
+        self.measured_now = 0
+
+    def _load_tasks(self) -> list:
+        if not self.config.sources:
+            raise TlmError("no tasks: give --sources (e.g. pretrain-set)")
+        from tlm.space.sampling import corpus_tasks
+
+        with self.console.status("loading the training tasks"):
+            return corpus_tasks(list(self.config.sources), hold_out="test", target=self.target)[0]
+
+    # ------------------------------------------------------------ models
+    def _newest_model(self, before: int) -> Path:
+        self._poll_finetune()
+        return self.wd.newest_model(before) or self.base
+
+    def _generator(self, model: Path):
+        from tlm.model.generate import Generator
+
+        if self._gen is None or self._gen[0] != str(model):
+            self._gen = (str(model), Generator.from_dir(model, self.target, self.config.device))
+        return self._gen[1]
+
+    def _label(self, model: Path) -> str:
+        return "base" if model == self.base else model.name
+
+    # ------------------------------------------------------------ fine-tuning process
+    def _launch_finetune(self, r: int) -> None:
+        from tlm.model.demos import demo_records, write_demos
+
+        self._wait_finetune()
+        demos = demo_records(self.db, self.tasks, self.target, self.config.per_task_demos)
+        if not demos:
+            self.state["finetune"] = {"round": r, "status": "skipped", "demonstrations": 0}
+            self.wd.save()
+            self.console.print(f"  round {r}: no demonstrations yet, no fine-tuning")
+            return
+        demos_path = self.work / "demos" / f"round-{r}.jsonl"
+        write_demos(demos, demos_path)
+        out = self.wd.model_dir(r)
+        c = self.config
+        ft = FinetuneConfig(steps=c.ft_steps, lr=c.ft_lr, batch_size=c.ft_batch_size, epochs=c.ft_epochs,
+                            loss=c.ft_loss, seed=c.seed + r, device=c.device, threads=c.ft_threads)
+        log_path = self.work / "logs" / f"finetune-round-{r}.log"
+        self._job = FinetuneJob(self.base, demos_path, out, ft, log_path)
+        self.state["finetune"] = {"round": r, "status": "running", "demonstrations": len(demos),
+                                  "out": str(out), "log": str(log_path), "started_wall_s": round(self.wd.wall(), 3)}
+        self.wd.save()
+        mode = "in the background" if c.pipeline else "now"
+        self.console.print(f"  fine-tuning the base on {len(demos)} demonstrations into {out.name} {mode}")
+        if not c.pipeline:
+            self._wait_finetune()
+
+    def _finish_finetune(self, outcome: FinetuneOutcome) -> None:
+        ft = self.state["finetune"]
+        self._job = None
+        if outcome.ok:
+            ft["status"] = "done"
+            ft.update(outcome.report)
+        else:
+            ft["status"] = "failed"
+            ft["error"] = outcome.error
+            self.console.print(f"  [red]fine-tuning of round {ft['round']} failed[/red]: {ft['error']} "
+                               f"(see {ft['log']}); the previous model stays in use")
+        self.wd.save()
+
+    def _poll_finetune(self) -> None:
+        if self._job is not None and (outcome := self._job.poll()) is not None:
+            self._finish_finetune(outcome)
+
+    def _wait_finetune(self) -> None:
+        if self._job is not None:
+            with self.console.status(f"waiting for the fine-tuning of round {self.state['finetune']['round']}"):
+                outcome = self._job.wait()
+            self._finish_finetune(outcome)
+
+    def _resume_finetune(self) -> None:
+        """Relaunch the fine-tuning of the last committed round if a previous run did not finish it."""
+        last = self.state["next_round"] - 1
+        if last < 0:
+            return
+        ft = self.state.get("finetune")
+        if ft and ft["round"] == last and ft["status"] != "running":
+            return
+        if ft and ft["round"] == last and model_done(Path(ft["out"])):
+            self._finish_finetune(finetune_outcome(ft["out"], ft["log"], 0))
+            return
+        self.console.print(f"  resuming the fine-tuning of round {last}")
+        self._launch_finetune(last)
+
+    # ------------------------------------------------------------ measuring
+    def _get_measurer(self):
+        from tlm.measure.measurer import Measurer
+
+        if self._measurer is None:
+            self._measurer = Measurer(self.target, self.config.measure)
+        return self._measurer
+
+    def _candidates(self, gen, task, need: int, r: int, have: int) -> tuple[list, int]:
+        import zlib
+
+        from tlm.measure.measurer import Candidate
+        from tlm.space.design import task_space
+        from tlm.space.language import parse
+
+        seed = zlib.crc32(f"{self.config.seed}/{r}/{task.hash}/{have}".encode())
+        progs = gen.generate(task, need, seen=self.db.sentences(task.hash, self.target.key), seed=seed,
+                             temperature=self.config.temperature, top_k=self.config.top_k)
+        cands, bad = [], 0
+        for g in progs:
+            sch = getattr(g, "schedule", None)
+            if sch is None:
+                try:
+                    sch = parse(g.sentence, task, self.target, space=task_space(task, self.target)).sch
+                except TlmError:
+                    bad += 1
+                    continue
+            cands.append(Candidate(task, schedule=sch, proposer="tlm", round=r, sentence=g.sentence))
+        return cands, bad
+
+    def _round(self, r: int) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        b = r % len(self.batches)
+        batch = self.batches[b]
+        model = self._newest_model(r)
+        gen = self._generator(model)
+        kp = self.config.kp
+        todo = [(t, self.db.counts_by_round(t.hash, self.target.key, "tlm").get(r, 0)) for t in batch]
+        start_wall = self.wd.wall()
+        new = errors = gen_fail = 0
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TextColumn("{task.fields[status]}"), console=self.console, disable=not self.progress,
+                      transient=True) as bar:
+            job = bar.add_task(f"round {r} (batch {b + 1}/{len(self.batches)}, {self._label(model)})",
+                               total=kp * len(batch), completed=sum(min(kp, h) for _, h in todo), status="")
+            for i, (task, have) in enumerate(todo):
+                need = kp - have
+                if need <= 0:
+                    continue
+                bar.update(job, status=f"task {i + 1}/{len(batch)} {task.name[:32]}: generating")
+                try:
+                    cands, bad = self._candidates(gen, task, need, r, have)
+                except TlmError as err:
+                    cands, bad = [], need
+                    self.console.print(f"  [yellow]{task.name}[/yellow]: no programs generated: {err}")
+                gen_fail += bad
+                if cands:
+                    bar.update(job, status=f"task {i + 1}/{len(batch)} {task.name[:32]}: measuring {len(cands)}")
+                    results = self._get_measurer().measure(cands)
+                    self.db.add_results(results, self.target.key)
+                    new += len(results)
+                    errors += sum(1 for res in results if not res.ok)
+                    self.measured_now += len(results)
+                self._poll_finetune()
+                bar.update(job, advance=need)
+        point = self.wd.point(r, b, self._label(model), self.tasks, self.db.counts_by_task(self.target.key),
+                              self.db.best_by_task(self.target.key))
+        self.wd.commit_round({
+            "round": r, "batch": b, "tasks": len(batch), "model": self._label(model), "measured": new,
+            "errors": errors, "generation_failures": gen_fail, "seconds": round(self.wd.wall() - start_wall, 3)}, point)
+        write_convergence(self.work, self.state["curve"], self._title())
+        norm = f"{point['normalized']:.4f}" if point["normalized"] is not None else "n/a (not every task measured yet)"
+        self.console.print(
+            f"round {r}: batch {b + 1}/{len(self.batches)} ({len(batch)} tasks) with {self._label(model)}: "
+            f"{new} programs measured ({errors} failed); {point['measurements']} measurements in all; "
+            f"total latency {point['total_latency_s'] * 1e3:.3f} ms over {point['tasks_with_program']} tasks; "
+            f"normalized {norm}")
+
+    def _title(self) -> str:
+        c = self.config
+        return f"tlm loop: {len(self.tasks)} tasks, k_b={len(self.batches)}, k_p={c.kp}, {self.target.cpu}"
+
+    # ------------------------------------------------------------ driver
+    def run(self) -> dict[str, Any]:
+        c = self.config
+        kinds = sorted({t.kind for t in self.tasks})
+        self.console.print(
+            f"[bold]tlm loop[/bold] in {self.work}: {len(self.tasks)} tasks of {len(kinds)} kinds in "
+            f"{len(self.batches)} batches ({', '.join(str(len(b)) for b in self.batches)} tasks), k_p={c.kp}; "
+            f"base {self.base}; stop after {c.rounds or 'unlimited'} rounds or < {c.min_gain * 100:g}% gain over "
+            f"{self.patience} measurements; {'pipelined' if c.pipeline else 'sequential'} fine-tuning")
+        if self.state["next_round"]:
+            self.console.print(f"  resuming at round {self.state['next_round']}")
+        self._resume_finetune()
+        self.state["stopped"] = None
+        while (reason := stop_reason(self.state, c.rounds, self.patience, c.min_gain, len(self.batches))) is None:
+            r = self.state["next_round"]
+            self._round(r)
+            self._launch_finetune(r)
+        self._wait_finetune()
+        self.state["stopped"] = reason
+        self.wd.save()
+        write_convergence(self.work, self.state["curve"], self._title(), reason)
+        last = self.state["curve"][-1] if self.state["curve"] else {}
+        model = self._newest_model(self.state["next_round"] + 1)
+        self.console.print(f"[bold]stopped[/bold]: {reason}; newest model {model}; "
+                           f"curve in {self.work / 'convergence.csv'} and convergence.png")
+        return {"work": str(self.work), "rounds": self.state["next_round"], "stopped": reason,
+                "measured_now": self.measured_now, "measurements": last.get("measurements", 0),
+                "normalized": last.get("normalized"), "total_latency_s": last.get("total_latency_s"),
+                "tasks": len(self.tasks), "model": str(model), "finetune": self.state.get("finetune"),
+                "wall_s": round(self.state["wall_s"], 3)}
+
+    def close(self) -> None:
+        if self._job is not None:  # interrupted: a re-run relaunches it
+            self._job.terminate()
+        if self._measurer is not None and self._own_measurer:
+            self._measurer.close()
+        self.db.close()
+
+
+def run_loop(config: LoopConfig, tasks: list | None = None, progress: bool = True, *,
+             measurer=None) -> dict[str, Any]:
+    """Run (or resume) the iterative optimization in `config.work`; returns a summary.
+
+    `tasks` replaces `config.sources` (tests, notebooks); a re-run may omit them (tasks.json).
+    `measurer`: a `tlm.measure.measurer.Measurer` for `config.target` to use (and leave open) instead
+    of starting one from `config.measure` (its worker pools take a while to start).
+    """
+    loop = _Loop(config, tasks, progress, measurer)
+    try:
+        return loop.run()
+    finally:
+        loop.close()
+
+
+# ---------------------------------------------------------------- command line
+
+def _cmd_loop(args: argparse.Namespace) -> int:
+    from tlm.measure.measurer import measure_config_from_args
+
+    cfg = LoopConfig(
+        base=args.base, work=args.work, sources=list(args.sources), kb=args.kb, kp=args.kp, rounds=args.rounds,
+        max_tasks=args.max_tasks, patience_measurements=args.patience_measurements, ft_steps=args.ft_steps,
+        ft_lr=args.ft_lr, ft_batch_size=args.ft_batch_size, ft_loss=args.ft_loss, pipeline=args.pipeline,
+        temperature=args.temperature, top_k=args.top_k, seed=args.seed, target=args.target, device=args.device,
+        per_task_demos=args.per_task_demos, measure=measure_config_from_args(args))
+    res = run_loop(cfg, progress=args.progress)
+    if args.json:
+        json.dump(res, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        norm = f"{res['normalized']:.4f}" if res["normalized"] is not None else "n/a"
+        print(f"{res['rounds']} rounds, {res['measurements']} measurements ({res['measured_now']} now) over "
+              f"{res['tasks']} tasks; normalized total latency {norm}; stopped: {res['stopped']}; "
+              f"model {res['model']}")
+    return 0
+
+
+def register_cli(sub) -> None:
+    from tlm.measure.measurer import add_measure_args
+
+    p = sub.add_parser("loop", help="iterative optimization: generate, measure, fine-tune (paper Alg. 1)")
+    p.add_argument("--base", required=True, help="the pretrained model directory (TLM-base)")
+    p.add_argument("--work", required=True, help="work directory (re-running the same command resumes)")
+    p.add_argument("--sources", nargs="+", default=["pretrain-set"],
+                   help="workloads whose training tasks are optimized (held-out test tasks are removed)")
+    p.add_argument("--kb", type=int, default=4, help="task batches (one per round, cyclically)")
+    p.add_argument("--kp", type=int, default=8, help="programs per task and round")
+    p.add_argument("--rounds", type=int, default=0, help="stop after N rounds (0: only the convergence rule)")
+    p.add_argument("--max-tasks", type=int, default=0, help="cap on the tasks (spread across kinds; 0: all)")
+    p.add_argument("--patience-measurements", type=int, default=0,
+                   help="stop when these many measurements gained < 1%% (0: kp x tasks)")
+    p.add_argument("--ft-steps", type=int, default=0, help="fine-tuning steps (0: 3 epochs of demonstrations)")
+    p.add_argument("--ft-lr", type=float, default=0.0, help="0: a tenth of the base preset's")
+    p.add_argument("--ft-batch-size", type=int, default=16)
+    p.add_argument("--ft-loss", default="sentence", choices=["decisions", "sentence"])
+    p.add_argument("--per-task-demos", type=int, default=1, help="demonstrations per task")
+    p.add_argument("--no-pipeline", dest="pipeline", action="store_false",
+                   help="wait for each fine-tuning instead of measuring meanwhile")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--target", default=None, help="'host' (default), or a TVM target as JSON")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="for generation and fine-tuning")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    add_measure_args(p)
+    p.set_defaults(func=_cmd_loop)

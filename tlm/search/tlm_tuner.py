@@ -1,0 +1,239 @@
+"""The TLM tuner: `tlm tune SOURCE --tuner tlm --budget B|Kg [--model DIR]`.
+
+The language model proposes programs (constrained generation: every proposal is a valid program
+of the design space); they go through the same `Measurer` into the same `Database` as the
+baselines, with proposer "tlm", the scheduling round and the sentence stored.
+
+How the budget is spent (it is a total over the tasks: `B`, or `K x tasks` for `Kg`):
+1. every task first gets its greedy program (the model's most likely one) plus samples, up to
+   half of its even share (at least one program);
+2. the rest goes in rounds: each round ranks the tasks by weight x best latency (their share of
+   the model's time; a task without a valid program yet ranks with the slowest known latency)
+   and gives the top ones `round_size` new samples each, one measurement batch per round.
+A task whose space is exhausted (the generator returns no program that was not measured yet)
+drops out. Sentences (and traces) already in the database for the task and target are never
+measured again, and the budget counts what the database already holds with proposer "tlm", so
+re-running the same command resumes.
+
+`--budget 0` measures nothing: each task gets the greedy program, stored as an unmeasured
+record with proposer "tlm-greedy" (no latency, so `Database.best()` ignores it). `tlm compile`
+applies it to a task only when the task has no measured record.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from tlm.errors import TlmError
+from tlm.graph.tasks import Task
+from tlm.measure.database import GREEDY
+from tlm.measure.measurer import Candidate
+from tlm.model.lm import default_model_dir
+from tlm.search.base import Tuner, TuneConfig, parse_budget, progress_bar, seeds, summarize
+from tlm.space.design import plain_json
+
+PROPOSER = "tlm"
+_MAX_MISSES = 3  # proposal rounds that give only duplicates before a task drops out
+
+
+@dataclass
+class _State:
+    """What the tuner knows of one task during a run."""
+
+    task: Task
+    share: int  # the task's even share of the budget
+    done: int  # measurements with proposer tlm (this run and earlier ones)
+    seen: set[str] = field(default_factory=set)  # sentences measured or skipped
+    traces: set[str] = field(default_factory=set)  # traces measured by any proposer
+    exhausted: bool = False
+    misses: int = 0
+
+
+class TlmTuner(Tuner):
+    """The language-model tuner over a Measurer and a Database; `run()` returns summary rows."""
+
+    allow_zero = True  # budget 0: each task's greedy program, unmeasured
+
+    def __init__(self, tasks: list[Task], db, target, config: TuneConfig, progress: bool = True,
+                 generator=None):
+        super().__init__(tasks, db, target, config, progress)
+        self.total = sum(self.budgets)
+        self._generator = generator
+        self._spaces: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ the model
+    @property
+    def generator(self):
+        if self._generator is None:
+            from tlm.model.generate import Generator
+
+            path = self.config.model or default_model_dir(self.target)
+            self._generator = Generator.from_dir(path, self.target)
+        return self._generator
+
+    def _schedule(self, task: Task, g):
+        """The tvm Schedule of a generated program (Generated.schedule once generation has it)."""
+        sch = getattr(g, "schedule", None)
+        if sch is not None:
+            return sch
+        from tlm.space.design import task_space
+        from tlm.space.language import parse
+
+        space = self._spaces.setdefault(task.hash, task_space(task, self.target))
+        return parse(g.sentence, task, self.target, space=space).sch
+
+    def greedy(self, task: Task):
+        """(Generated, Schedule) of the model's most likely program, or None."""
+        out = self.generator.generate(task, 1, greedy=True)
+        if not out:
+            return None
+        try:
+            return out[0], self._schedule(task, out[0])
+        except TlmError:
+            return None
+
+    # ------------------------------------------------------------------ proposals
+    def _state(self, task: Task, share: int) -> _State:
+        st = _State(task, share, self.done(task))
+        for r in self.db.records(task.hash, self.target.key):
+            if r.proposer == GREEDY:
+                continue  # unmeasured: the greedy program is still worth measuring
+            if r.sentence:
+                st.seen.add(r.sentence)
+            if r.trace_json is not None:
+                st.traces.add(json.dumps(r.trace_json))
+        return st
+
+    def _propose(self, st: _State, n: int, rnd: int, greedy: bool) -> list[Candidate]:
+        """Up to `n` new programs of a task (its greedy one first when `greedy`)."""
+        if n <= 0 or st.exhausted:
+            return []
+        gen, task = self.generator, st.task
+        got = gen.generate(task, 1, greedy=True, seen=st.seen) if greedy else []
+        seed = seeds(self.config.seed, task, rnd, 1)[0]
+        got += gen.generate(task, n - len(got), seen=st.seen | {g.sentence for g in got}, seed=seed) if n > len(got) else []
+        if not got:
+            st.exhausted = True
+            return []
+        cands = []
+        for g in got:
+            st.seen.add(g.sentence)
+            try:
+                sch = self._schedule(task, g)
+            except TlmError:
+                continue
+            key = json.dumps(plain_json(sch.trace.as_json()))
+            if key in st.traces:  # the same program measured by another proposer
+                continue
+            st.traces.add(key)
+            cands.append(Candidate(task, schedule=sch, proposer=PROPOSER, round=rnd, sentence=g.sentence))
+        if cands:
+            st.misses = 0
+        else:
+            st.misses += 1
+            st.exhausted = st.misses >= _MAX_MISSES
+        return cands
+
+    def _score(self, st: _State, slowest: float) -> float:
+        best = self.db.best(st.task.hash, self.target.key)
+        return st.task.weight * (best.median_s if best else slowest)
+
+    # ------------------------------------------------------------------ the run
+    def run(self) -> list[dict[str, Any]]:
+        self._start()
+        try:
+            if self.total == 0:
+                self._run_greedy()
+            else:
+                self._run_budget()
+        finally:
+            self.measurer.close()
+        return summarize_tlm(self.tasks, self.db, self.target)
+
+    def _run_greedy(self) -> None:
+        """--budget 0: store each task's greedy program unmeasured (what compile applies)."""
+        for task in self.tasks:
+            got = self.greedy(task)
+            if got is None:
+                continue
+            g, sch = got
+            latest = self.db.greedy_records(task.hash, self.target.key)
+            if latest and latest[0].sentence == g.sentence:
+                continue  # resumed: already stored
+            self.db.add_record(task, self.target.key, plain_json(sch.trace.as_json()), [],
+                               proposer=GREEDY, round=0, sentence=g.sentence)
+
+    def _run_budget(self) -> None:
+        states = [self._state(t, b) for t, b in zip(self.tasks, self.budgets)]
+        by_hash = {st.task.hash: st for st in states}
+        left = self.total - sum(st.done for st in states)
+        if left <= 0:
+            return
+        rnd = max(self.db.last_round(t.hash, self.target.key, PROPOSER) for t in self.tasks) + 1
+        batch = max(1, self.config.batch_size)
+        with progress_bar(disable=not self.progress) as bar:
+            job = bar.add_task("tlm", total=self.total, completed=self.total - left, status="")
+
+            def measure(cands: list[Candidate], what: str) -> int:
+                results = self.measurer.measure(cands)
+                self._commit(results)
+                for r in results:
+                    by_hash[r.candidate.task.hash].done += 1
+                errs = sum(1 for r in results if not r.ok)
+                bar.update(job, advance=len(results),
+                           status=what + (f" ({errs} errors in batch)" if errs else ""))
+                return len(results)
+
+            # 1. Every task: its greedy program plus samples, up to half its share.
+            pending: list[Candidate] = []
+            for st in states:
+                if left - len(pending) <= 0:
+                    break
+                first = max(1, st.share // 2) if st.share else 0
+                want = min(first - st.done, left - len(pending))
+                pending += self._propose(st, want, rnd, greedy=True) if want > 0 else []
+                while len(pending) >= batch:
+                    left -= measure(pending[:batch], f"round {rnd}: first programs")
+                    pending = pending[batch:]
+            if pending:
+                left -= measure(pending, f"round {rnd}: first programs")
+            rnd += 1
+            # 2. Rounds to the tasks that take the most time.
+            size = max(1, self.config.round_size)
+            while left > 0:
+                active = [st for st in states if not st.exhausted]
+                if not active:
+                    break
+                known = [b.median_s for st in states if (b := self.db.best(st.task.hash, self.target.key))]
+                slowest = max(known) if known else 1.0
+                active.sort(key=lambda st: (-self._score(st, slowest), st.done))
+                cands: list[Candidate] = []
+                quota = min(batch, left)
+                for st in active:
+                    if len(cands) >= quota:
+                        break
+                    # A task left out of the first programs (budget < tasks) starts with its greedy one.
+                    cands += self._propose(st, min(size, quota - len(cands)), rnd, greedy=st.done == 0)
+                if cands:
+                    top = active[0].task.name[:28]
+                    left -= measure(cands, f"round {rnd}: top task {top}")
+                rnd += 1
+
+
+def summarize_tlm(tasks: list[Task], db, target) -> list[dict[str, Any]]:
+    """`tune.summarize` rows (measurements of proposer tlm) plus `status`: tuned (a measured
+    record exists), greedy (only the unmeasured greedy program) or untuned."""
+    rows = summarize(tasks, db, target, PROPOSER)
+    for t, row in zip(tasks, rows):
+        row["rounds"] = db.last_round(t.hash, target.key, PROPOSER) + 1
+        rec = db.compile_record(t.hash, target.key)
+        row["status"] = "untuned" if rec is None else "greedy" if rec.proposer == GREEDY else "tuned"
+    return rows
+
+
+def total_budget(budget: str | int, num_tasks: int) -> int:
+    """Total measurements of a budget over `num_tasks` tasks (0 for `--budget 0`)."""
+    return sum(parse_budget(budget, num_tasks, allow_zero=True))
+

@@ -1,0 +1,94 @@
+"""`tlm tune SOURCE --tuner tlm|metaschedule|random --budget B|Kg --db DIR`: one entry for every tuner.
+
+- tlm: the language model proposes the programs (tlm.search.tlm_tuner: greedy program first, then
+  samples, rounds to the tasks that take the most time; `--budget 0`: the greedy program only).
+- metaschedule, random: the baselines (tlm.search.baselines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from tlm.errors import TlmError
+from tlm.graph.target import resolve_target
+from tlm.graph.tasks import Task
+from tlm.measure.database import open_db
+from tlm.measure.measurer import add_measure_args, measure_config_from_args
+from tlm.model.lm import default_model_dir
+from tlm.search.base import TuneConfig, Tuner, parse_budget, print_summary
+from tlm.search.baselines import MetaScheduleTuner, RandomTuner
+from tlm.search.tlm_tuner import TlmTuner
+
+TUNERS: dict[str, type[Tuner]] = {"metaschedule": MetaScheduleTuner, "random": RandomTuner, "tlm": TlmTuner}
+
+
+def tune(source: str | list[Task], tuner: str = "metaschedule", budget: str | int = "16g",
+         db: str = "tlm-db", target=None, config: TuneConfig | None = None,
+         progress: bool = True, model: str | None = None) -> list[dict[str, Any]]:
+    """Tune a model's tasks (a zoo name, an .onnx path, or a list of Tasks) into the database.
+
+    `tuner="tlm"` uses the language model in `model` (a directory; default: the shipped model
+    for the target) and accepts `budget=0` (store each task's greedy program, measure nothing).
+    """
+
+    config = config or TuneConfig()
+    config.tuner, config.budget = tuner, str(budget)
+    if model is not None:
+        config.model = str(model)
+    if tuner not in TUNERS:
+        raise TlmError(f"bad tuner {tuner!r}: use one of {', '.join(TUNERS)}")
+    if config.model and tuner != "tlm":
+        raise TlmError("a model is only used by the tlm tuner (--tuner tlm)")
+    allow_zero = TUNERS[tuner].allow_zero
+    parse_budget(config.budget, 1, allow_zero)  # a bad budget fails before any model is imported
+    info = resolve_target(target)
+    if isinstance(source, str):
+        from tlm.graph.extract import tasks_for_source
+
+        tasks = tasks_for_source(source, target=info).tasks
+    else:
+        tasks = list(source)
+    if not tasks:
+        raise TlmError("no tuning tasks found")
+    parse_budget(config.budget, len(tasks), allow_zero)  # bad budgets fail before the database is touched
+    if tuner == "tlm" and config.model is None:
+        default_model_dir(info)  # a missing model fails before the database is touched
+    database = open_db(db)
+    try:
+        return TUNERS[tuner](tasks, database, info, config, progress=progress).run()
+    finally:
+        database.close()
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    config = TuneConfig(batch_size=args.batch_size, seed=args.seed, measure=measure_config_from_args(args))
+    rows = tune(args.source, args.tuner, args.budget, args.db, args.target, config,
+                progress=not args.json and sys.stderr.isatty() or args.progress, model=args.model)
+    if args.json:
+        json.dump({"source": args.source, "tuner": args.tuner, "budget": args.budget,
+                   "measurements": sum(r["measured"] for r in rows), "tasks": rows}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print_summary(rows, f"{args.source}: {args.tuner}, budget {args.budget}")
+    return 0
+
+
+def register_cli(sub) -> None:
+    p = sub.add_parser("tune", help="tune a model's tasks (language model or a baseline) into a record database")
+    p.add_argument("source", help="a zoo workload name or a path to an .onnx file")
+    p.add_argument("--tuner", choices=tuple(TUNERS), default="metaschedule")
+    p.add_argument("--budget", default="16g",
+                   help="total measurements B, or Kg for K per task (tlm: 0 = greedy program only)")
+    p.add_argument("--model", default=None,
+                   help="tlm: model directory (default: pretrained/tlm-ft-KIND-ISA, else tlm-base-KIND-ISA)")
+    p.add_argument("--db", required=True, help="record database directory")
+    p.add_argument("--target", default=None, help="'host' (default), or a TVM target as JSON")
+    p.add_argument("--batch-size", type=int, default=16, help="candidates measured per batch")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--progress", action="store_true", help="show progress even when not a terminal")
+    add_measure_args(p)
+    p.set_defaults(func=_cmd_tune)

@@ -1,0 +1,10 @@
+"""Stage 2, space: a task's MetaSchedule design spaces, its programs as sentences, random sampling.
+
+Task  --design-->  TaskSpace / Program (decisions)  --language-->  sentence  --sampling-->  shards
+
+- intrin.py     fast registration of TVM's CPU tensor intrinsics (the spaces need them)
+- design.py     design spaces and a walk through their decisions with exact choice sets; trace JSON
+- locations.py  the valid tile factors and compute locations of one decision
+- language.py   tensor sentences: prompt (subgraph + hardware words) and decisions; exact render/parse
+- sampling.py   large-scale random sampling into resumable compressed shards (pretraining corpus)
+"""
