@@ -60,21 +60,19 @@ def main(argv: list[str] | None = None) -> int:
 
     from tlm.compiler.build import CompileConfig, compile_imported, onnxruntime_runner
     from tlm.eval.run import interleaved
-    from tlm.graph.extract import tasks_for_source
-    from tlm.graph.importer import import_source
+    from tlm.graph.extract import load
     from tlm.graph.target import host_target
 
     target = host_target()
     threads = target.cores
     torch.set_num_threads(threads)
-    ts = tasks_for_source(args.source, target=target)
-    imported = import_source(args.source)
+    imported, tasks = load(args.source, target=target)
     runs = []
     for spec in args.run:
         label, rest = spec.split("=", 1)
         db_dir, proposer = rest.rsplit(":", 1)
-        fig = task_figures(ts.tasks, db_dir, proposer, target)
-        model = compile_imported(imported, db_dir, target=target, tasks=ts.tasks,
+        fig = task_figures(tasks, db_dir, proposer, target)
+        model = compile_imported(imported, db_dir, target=target, tasks=tasks,
                                  config=CompileConfig(repeat=3, min_repeat_ms=50, compare=False))
         runs.append({"label": label, "db": db_dir, "proposer": proposer, **fig,
                      "matches": model.matches, "max_abs_diff": model.max_abs_diff, "_model": model})

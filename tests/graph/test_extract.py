@@ -121,6 +121,22 @@ def test_a_corrupt_cache_entry_is_rebuilt(tmp_path, monkeypatch, host):
     assert [t.hash for t in again.tasks] == [t.hash for t in first.tasks]
 
 
+def test_load_imports_once_and_gives_the_cached_tasks(tmp_path, monkeypatch, small_onnx, host):
+    import tlm.graph.extract as extract
+
+    model, x, path = small_onnx
+    monkeypatch.setenv("TLM_CACHE", str(tmp_path))
+    calls, real = [], extract.import_source
+    monkeypatch.setattr(extract, "import_source", lambda source: calls.append(source) or real(source))
+    imported, tasks = extract.load(path, target=host)  # cache miss: one import serves both
+    assert calls == [path] and imported.onnx_path == path
+    assert [t.hash for t in tasks] == [t.hash for t in extract.cached_tasks(path, host).tasks]
+    _, from_module = extract.load(model, (x,), target=host)
+    assert sorted(t.hash for t in from_module) == sorted(t.hash for t in tasks)
+    with pytest.raises(TlmError, match="example_inputs"):
+        extract.load(model, target=host)
+
+
 def test_resnet_50_convs_carry_their_batch_norm(host):
     tasks = tasks_for_source("resnet_50", host).tasks
     convs = [t for t in tasks if t.kind == "conv2d"]

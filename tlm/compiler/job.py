@@ -76,19 +76,11 @@ def compile_model(module, example_inputs=None, *, db: str | None = None, target=
     With `budget` (e.g. "4g", 200 or 0) the model's tasks are first tuned with the TLM tuner
     (`model`: its model directory, default the shipped one) into `db` (default: a run
     directory under the tlm cache); without it `db` is required and only read."""
-    from tlm.graph.extract import extract_from_relax, tasks_for_source
-    from tlm.graph.importer import import_source, import_torch
+    from tlm.graph.extract import load
     from tlm.graph.target import resolve_target
 
     info = resolve_target(target)
-    if isinstance(module, str):
-        imported = import_source(module)
-        tasks = tasks_for_source(module, target=info).tasks
-    else:
-        if example_inputs is None:
-            raise TlmError("example_inputs are required to compile a torch module")
-        imported = import_torch(module, example_inputs)
-        tasks = extract_from_relax(imported.mod, info)
+    imported, tasks = load(module, example_inputs, info)
     return tune_and_compile(imported, tasks, info, db=db, budget=budget, model=model,
                             tune_config=tune_config, output=output, config=config, progress=progress)
 
@@ -100,8 +92,7 @@ def _fmt_us(row: dict[str, Any]) -> str:
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
-    from tlm.graph.extract import tasks_for_source
-    from tlm.graph.importer import import_source
+    from tlm.graph.extract import load
     from tlm.graph.target import resolve_target
     from tlm.search.base import TuneConfig
 
@@ -117,11 +108,11 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
         parse_budget(args.budget, 1, allow_zero=True)  # a bad budget fails before the import
     info = resolve_target(args.target)
-    tasks = tasks_for_source(args.source, target=info).tasks
+    imported, tasks = load(args.source, target=info)
     cfg = CompileConfig(repeat=args.repeat, compare=not args.no_compare)
     tcfg = TuneConfig(batch_size=args.batch_size, seed=args.seed)
     progress = not args.json and sys.stderr.isatty() or args.progress
-    model = tune_and_compile(import_source(args.source), tasks, info, db=args.db, budget=args.budget,
+    model = tune_and_compile(imported, tasks, info, db=args.db, budget=args.budget,
                              model=args.model, tune_config=tcfg, output=args.output, config=cfg,
                              progress=progress)
     model.wall_s = time.perf_counter() - t0  # the whole command, task extraction included

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tlm.errors import TlmError, first_line, quiet_stderr
-from tlm.graph.importer import import_source, import_torch
+from tlm.graph.importer import ImportedModel, import_source, import_torch
 from tlm.graph.target import TargetInfo, resolve_target
 from tlm.graph.tasks import Task, task_from_mod
 
@@ -103,6 +103,19 @@ def extract_tasks(module, example_inputs, target=None) -> list[Task]:
     return extract_from_relax(import_torch(module, example_inputs).mod, info)
 
 
+def load(source, example_inputs=None, target=None) -> tuple[ImportedModel, list[Task]]:
+    """The graph stage in one call: a zoo name, an .onnx path or a torch.nn.Module (with example
+    inputs) imported once, with its tasks for `target` (cached on disk for names and files)."""
+    info = resolve_target(target)
+    if isinstance(source, str):
+        imported = import_source(source)
+        return imported, tasks_for_source(source, target=info, imported=imported).tasks
+    if example_inputs is None:
+        raise TlmError("example_inputs are required to compile a torch module")
+    imported = import_torch(source, example_inputs)
+    return imported, extract_from_relax(imported.mod, info)
+
+
 def _cache_key(source: str, target: TargetInfo) -> tuple[str, str]:
     """(display name, cache key); ONNX files are keyed by their content."""
     if source.endswith(".onnx") or os.path.exists(source):
@@ -133,14 +146,17 @@ def cached_tasks(source: str, target=None) -> TaskSet | None:
         return None  # a corrupt cache entry is rebuilt by tasks_for_source
 
 
-def tasks_for_source(source: str, target=None, refresh: bool = False) -> TaskSet:
-    """Tasks of a zoo workload or ONNX file for a target, cached on disk per (source, target)."""
+def tasks_for_source(source: str, target=None, refresh: bool = False, imported: ImportedModel | None = None) -> TaskSet:
+    """Tasks of a zoo workload or ONNX file for a target, cached on disk per (source, target).
+
+    `imported`: the source already imported (`import_source(source)`), so a cache miss does not
+    import it a second time."""
     info = resolve_target(target)
     if not refresh and (cached := cached_tasks(source, info)) is not None:
         return cached
     name, key = _cache_key(source, info)
     path = cache_dir() / "tasks" / f"{key}.json"
-    tasks = extract_from_relax(import_source(source).mod, info)
+    tasks = extract_from_relax((imported or import_source(source)).mod, info)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"source": name, "target": info.config, "tasks": [t.to_json(with_mod=True) for t in tasks]}
     with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
