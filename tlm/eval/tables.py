@@ -55,7 +55,6 @@ def write_csv(path: str, rows: list[dict[str, Any]]) -> None:
     os.replace(path + ".tmp", path)
 
 
-
 # ---------------------------------------------------------------------- tables
 def write_tables(cfg, tasks_by_workload: dict[str, list], target_key: str) -> None:
     """subgraph.csv, e2e.csv, cost.csv and efficiency.csv from what the steps left on disk."""
@@ -128,8 +127,6 @@ def write_tables(cfg, tasks_by_workload: dict[str, list], target_key: str) -> No
     write_csv(os.path.join(out, "e2e.csv"), e2e_rows)
     write_csv(os.path.join(out, "cost.csv"), cost_rows)
     write_csv(os.path.join(out, "efficiency.csv"), eff_rows)
-
-
 
 
 # ---------------------------------------------------------------------- the report

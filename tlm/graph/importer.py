@@ -162,5 +162,3 @@ def import_source(source: str) -> ImportedModel:
     workload = get_workload(source)
     module, inputs = workload.build()
     return import_torch(module, inputs, source=workload.name)
-
-

@@ -166,7 +166,6 @@ def finetune(base_dir: str | Path, demos, out_dir: str | Path, config: FinetuneC
     return out_dir
 
 
-
 # ---------------------------------------------------------------- as a background process
 
 def model_done(path: str | Path) -> bool:

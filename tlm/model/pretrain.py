@@ -148,7 +148,6 @@ def _progress(state: dict[str, Any], val: list[str]) -> dict[str, Any]:
             "val_sentences": len(val)}
 
 
-
 def optimizer_step(model, opt, loss, lr: float) -> float:
     """One AdamW step at learning rate `lr` with gradients clipped to norm 1; the loss value."""
     import torch

@@ -16,8 +16,8 @@ measured again, and the budget counts what the database already holds with propo
 re-running the same command resumes.
 
 `--budget 0` measures nothing: each task gets the greedy program, stored as an unmeasured
-record with proposer "tlm-greedy" (no latency, so `Database.best()` ignores it). `tlm compile`
-applies it to a task only when the task has no measured record.
+record with proposer "tlm-greedy" (no latency, so `Database.best()` ignores it); the database's
+`compile_record` gives it to `tlm compile` only for a task that has no measured record.
 """
 
 from __future__ import annotations
@@ -223,7 +223,7 @@ class TlmTuner(Tuner):
 
 
 def summarize_tlm(tasks: list[Task], db, target) -> list[dict[str, Any]]:
-    """`tune.summarize` rows (measurements of proposer tlm) plus `status`: tuned (a measured
+    """`search.base.summarize` rows (measurements of proposer tlm) plus `status`: tuned (a measured
     record exists), greedy (only the unmeasured greedy program) or untuned."""
     rows = summarize(tasks, db, target, PROPOSER)
     for t, row in zip(tasks, rows):
@@ -236,4 +236,3 @@ def summarize_tlm(tasks: list[Task], db, target) -> list[dict[str, Any]]:
 def total_budget(budget: str | int, num_tasks: int) -> int:
     """Total measurements of a budget over `num_tasks` tasks (0 for `--budget 0`)."""
     return sum(parse_budget(budget, num_tasks, allow_zero=True))
-
