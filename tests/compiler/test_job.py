@@ -1,5 +1,7 @@
 """Whole-model compile: a small CNN from a small database matches PyTorch; other targets ignored."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -33,9 +35,15 @@ def test_small_cnn_from_small_db(tmp_path, host):
     cfg = TuneConfig(batch_size=2, measure=MeasureConfig(repeat=3, min_repeat_ms=5, remeasure_top=1))
     tune(tasks[:2], "random", "2g", db, target=host, config=cfg, progress=False)
     out = tmp_path / "model.so"
-    model = compile_model(net, inputs, db=db, target=host, output=str(out),
-                          config=CompileConfig(repeat=3, min_repeat_ms=5))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = compile_model(net, inputs, db=db, target=host, output=str(out),
+                              config=CompileConfig(repeat=3, min_repeat_ms=5))
     report = model.to_json()
+    untuned = [r["name"] for r in model.task_rows if r["status"] == "untuned"]
+    assert model.untuned_tasks == report["untuned_tasks"] == untuned and len(untuned) == len(tasks) - 2
+    said = [str(w.message) for w in caught if "untuned" in str(w.message)]
+    assert len(said) == (1 if untuned else 0) and all(name in said[0] for name in untuned[:5])
     for key in ("latency_ms", "pytorch_ms", "onnxruntime_ms", "max_abs_diff", "measurements", "tasks", "tuned_tasks"):
         assert key in report
     assert model.matches, report
@@ -84,8 +92,7 @@ def test_cli_compile_budget_zero_end_to_end(tmp_path, host, monkeypatch, capsys)
 
     from tlm.cli import main
     from tlm.graph.extract import tasks_for_source
-    from tlm.measure.database import open_db
-    from tlm.measure.database import GREEDY
+    from tlm.measure.database import GREEDY, open_db
     from tlm.model.lm import build_tokenizer, new_model, save_model, space_words
     from tlm.space.sampling import target_id
 
@@ -122,6 +129,12 @@ def test_cli_compile_budget_zero_end_to_end(tmp_path, host, monkeypatch, capsys)
                         config=CompileConfig(repeat=3, min_repeat_ms=5, compare=False))
     assert model.matches and model.budget == "0" and model.measurements == 0
     assert model.greedy_tasks == model.tasks > 0
+    assert "untuned" not in capsys.readouterr().err  # every task had a program
+    # A database with no record for these tasks: said out loud, on one line.
+    open_db(str(tmp_path / "empty")).close()
+    assert main(["compile", onnx_path, "--db", str(tmp_path / "empty"), "--no-compare", "--repeat", "3"]) == 0
+    err = capsys.readouterr().err
+    assert f"tlm: warning: {len(tasks)} of {len(tasks)} tasks run TVM's default schedule, untuned" in err
 
 
 def test_compile_needs_db_or_budget(tmp_path):

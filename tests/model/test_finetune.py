@@ -136,8 +136,7 @@ def test_one_round_raises_demonstration_logprob(base_dir, tasks, host, tmp_path)
 def test_demonstrations_pick_the_best_and_convert_traces(tasks, host, tmp_path):
     from tlm.measure.database import open_db
     from tlm.model.finetune import demo_records, demonstrations
-    from tlm.space.design import plain_json
-    from tlm.space.design import random_program
+    from tlm.space.design import plain_json, random_program
     from tlm.space.language import render
 
     mm, sm = tasks
@@ -180,8 +179,7 @@ def test_sft_loss_bench_on_tiny_data(base_dir, tasks, host, tmp_path):
     from pathlib import Path
 
     from tlm.measure.database import open_db
-    from tlm.space.design import plain_json
-    from tlm.space.design import random_program
+    from tlm.space.design import plain_json, random_program
 
     with open_db(str(tmp_path / "db")) as db:
         for task, secs in zip(tasks + [w.matmul(16, 32, 16)], (1e-5, 2e-5, 3e-5)):

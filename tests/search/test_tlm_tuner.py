@@ -150,8 +150,7 @@ def test_budget_rounds_and_resume_logic(tmp_path):
     """Greedy first for every task, then rounds to the largest weight x latency; an exhausted
     task drops out; sentences and traces in the database are skipped; re-running resumes."""
     from tlm.graph.target import TargetInfo
-    from tlm.measure.database import open_db
-    from tlm.measure.database import GREEDY
+    from tlm.measure.database import GREEDY, open_db
     from tlm.search.tlm_tuner import PROPOSER, TlmTuner
 
     target = TargetInfo({"kind": "llvm"}, "llvm", "fake", 1, 256, "avx2")

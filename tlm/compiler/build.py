@@ -18,6 +18,7 @@ import shutil
 import statistics
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -83,8 +84,22 @@ class CompiledModel:
             "greedy_tasks": self.greedy_tasks, "threads": self.threads, "artifact": self.artifact,
             "target": self.target, "weighted_task_latency_us": self.weighted_task_latency_us,
             "db": self.db, "budget": self.budget, "tune_s": self.tune_s, "wall_s": self.wall_s,
-            "task_rows": self.task_rows,
+            "untuned_tasks": self.untuned_tasks, "task_rows": self.task_rows,
         }
+
+    @property
+    def untuned_tasks(self) -> list[str]:
+        """Tasks that run TVM's default schedule: no measured record and no greedy program."""
+        return [r["name"] for r in self.task_rows if r["status"] == "untuned"]
+
+    def untuned_note(self) -> str | None:
+        """One line naming the untuned tasks, or None when every task has a program."""
+        names = self.untuned_tasks
+        if not names:
+            return None
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        return (f"{len(names)} of {self.tasks} tasks run TVM's default schedule, untuned: {shown} "
+                "(tune them, or compile with a budget)")
 
     @property
     def weighted_task_latency_us(self) -> float | None:
@@ -256,6 +271,8 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
                           tolerance=None, tasks=len(tasks), tuned_tasks=tuned, measurements=measurements,
                           threads=info.cores, target=info.config, task_rows=rows, db=os.path.abspath(db),
                           greedy_tasks=sum(1 for r in rows if r["status"] == "greedy"))
+    if (note := model.untuned_note()) is not None:  # never silent: the user may expect tuned code
+        warnings.warn(note, stacklevel=2)
     got = model(*imported.inputs)
     want = np.asarray(imported.reference(imported.inputs))
     if got.shape != want.shape:

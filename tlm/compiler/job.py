@@ -153,6 +153,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         print(f"measurements: {model.measurements}{budget}; wall time {model.wall_s:.1f} s{tuning}")
         print(f"records: {model.db}")
         print(f"artifact: {model.artifact}")
+    if (note := model.untuned_note()) is not None:  # on stderr, with --json too
+        print(f"tlm: warning: {note}", file=sys.stderr)
     return 0 if model.matches else 3
 
 
