@@ -2,7 +2,7 @@
 
 Each task gets its fastest measured record for this target; a task with none gets
 its unmeasured greedy program from the TLM tuner (`--budget 0`, proposer "tlm-greedy") when
-there is one, else TVM's default schedule (compile_relax's DLight fallback). Records of other
+there is one, else TVM's default schedule. Records of other
 targets are never applied (the MetaSchedule database view holds only this target's records).
 The artifact is a shared library that `tvm.runtime.load_module` + `relax.VirtualMachine`
 reload; we time and check the reloaded one, so a wrong program (greedy ones included) fails
@@ -36,6 +36,7 @@ class CompileConfig:
     rtol: float = RTOL
     atol: float = ATOL
     compare: bool = True  # also time PyTorch eager and ONNX Runtime
+    fast_math: bool = True  # tlm.graph.passes' vectorizable math (False: TVM's own, for benchmarks)
 
 
 @dataclass
@@ -191,7 +192,7 @@ GREEDY_PLACEHOLDER_S = 1.0
 
 
 def compile_database(database, tasks, target) -> tuple[Any, list[dict[str, Any]]]:
-    """(MetaSchedule database that compile_relax applies, one row per task).
+    """(MetaSchedule database that `build_relax` applies, one row per task).
 
     The MetaSchedule view holds each task's fastest measured record for `target`, plus the
     unmeasured greedy program (tlm-greedy) of tasks that have no measured record. Rows:
@@ -230,13 +231,46 @@ def compile_database(database, tasks, target) -> tuple[Any, list[dict[str, Any]]
     return msdb, rows
 
 
+def build_relax(msdb, mod, target, fast_math: bool = True):
+    """A prepared Relax module -> VM executable, with the records of a MetaSchedule database.
+
+    What `ms.relax_integration.compile_relax` does, but the fusion passes are tlm's own
+    (tlm.graph.passes.fuse_passes, the list task extraction runs), so every task of the
+    compiled model is one that tuning saw."""
+    import tvm
+    from tvm import relax
+    from tvm.relax import pipeline
+    from tvm.relax.transform import MetaScheduleApplyDatabase
+
+    from tlm.graph.passes import fuse_passes
+
+    tvm_target = target.tvm()
+    try:
+        lower = pipeline.dataflow_lower_passes(tvm_target) + pipeline.finalize_passes(tvm_target)
+    except (ValueError, AttributeError):  # CPU targets have no registered lists: compile_relax's own
+        lower = [relax.transform.RewriteDataflowReshape(), relax.transform.ToNonDataflow(),
+                 relax.transform.RemovePurityChecking(), relax.transform.CallTIRRewrite(),
+                 relax.transform.StaticPlanBlockMemory(), relax.transform.LowerAllocTensor(),
+                 relax.transform.KillAfterLastUse(), relax.transform.LowerRuntimeBuiltin(),
+                 relax.transform.ComputePrimValue(), relax.transform.VMShapeLower(),
+                 relax.transform.AttachGlobalSymbol()]
+
+    @tvm.transform.module_pass(opt_level=3)
+    def _pipeline(mod, _ctx):
+        mod = tvm.transform.Sequential(fuse_passes(tvm_target, fast_math))(mod)
+        mod = MetaScheduleApplyDatabase(enable_warning=False)(mod)  # untuned tasks keep TVM's default
+        return tvm.transform.Sequential(lower)(mod)
+
+    with tvm_target, msdb, tvm.transform.PassContext(opt_level=3):
+        return relax.build(mod, target=tvm_target, relax_pipeline=_pipeline)
+
+
 def compile_imported(imported, db: str, target=None, output: str | None = None,
                      config: CompileConfig | None = None, tasks=None) -> CompiledModel:
     """Compile an `ImportedModel` (tlm.graph.extract) with the best records of `db` for `target`."""
     import numpy as np
     import tvm
     from tvm import relax
-    from tvm.s_tir import meta_schedule as ms
 
     from tlm.errors import quiet_stderr
     from tlm.graph.extract import extract_from_relax
@@ -250,7 +284,7 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
     database = open_db(db, create=False)
     try:
         if tasks is None:
-            tasks = extract_from_relax(imported.mod, info)
+            tasks = extract_from_relax(imported.mod, info, cfg.fast_math)
         msdb, rows = compile_database(database, tasks, info)
     finally:
         database.close()
@@ -258,7 +292,7 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
     measurements = sum(r["measured"] for r in rows)
     try:
         with quiet_stderr():
-            ex = ms.relax_integration.compile_relax(msdb, imported.mod, info.tvm(), params=None)
+            ex = build_relax(msdb, imported.mod, info, cfg.fast_math)
     except Exception as err:
         lines = str(err).strip().splitlines()
         raise TlmError(f"whole-model build failed: {lines[-1] if lines else err}") from None

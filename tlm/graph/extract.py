@@ -1,10 +1,10 @@
 """Graph layer, stage 1b: fusion and task extraction.
 
-A prepared Relax module (tlm.graph.importer) goes through the passes that MetaSchedule's
-compile path runs, and its fused subgraphs become deduplicated, weighted `Task`s, cached on
-disk per (source, target, code). Records tuned for these tasks are found again by
-`ms.relax_integration.compile_relax`, because `fuse()` runs the same pass list it runs before
-applying the database.
+A prepared Relax module (tlm.graph.importer) goes through the fusion passes
+(tlm.graph.passes.fuse_passes), and its fused subgraphs become deduplicated, weighted `Task`s,
+cached on disk per (source, target, code). Records tuned for these tasks are found again by the
+whole-model compile (tlm.compiler.build), because it runs the same pass list before it applies
+the records.
 """
 
 from __future__ import annotations
@@ -19,17 +19,19 @@ from typing import Any
 
 from tlm.errors import TlmError, first_line, quiet_stderr
 from tlm.graph.importer import ImportedModel, import_source, import_torch
+from tlm.graph.passes import fuse_passes
 from tlm.graph.target import TargetInfo, resolve_target
 from tlm.graph.tasks import Task, task_from_mod
 
 # Bump when extraction changes in a way that changes tasks (invalidates the on-disk cache).
-EXTRACT_VERSION = 1
+# 2: fast float32 math in legalization (tlm.graph.passes).
+EXTRACT_VERSION = 2
 
 
 def _code_digest() -> str:
     """Digest of the code that defines models and extraction: editing it invalidates the cache."""
     here = Path(__file__).parent
-    files = [here / "importer.py", here / "extract.py", here / "zoo.py", here / "tasks.py",
+    files = [here / "importer.py", here / "passes.py", here / "extract.py", here / "zoo.py", here / "tasks.py",
              *sorted((here / "models").glob("*.py"))]
     return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
 
@@ -53,41 +55,23 @@ def cache_dir() -> Path:
     return Path(root)
 
 
-def compile_passes(target) -> list:
-    """The passes `compile_relax` runs before it applies a MetaSchedule database."""
-    from tvm import relax
-    from tvm.relax import pipeline
-
-    try:
-        dispatch = list(pipeline.library_dispatch_passes(target))
-    except (ValueError, AttributeError):
-        dispatch = []
-    return [
-        *dispatch,
-        relax.transform.LegalizeOps(),
-        relax.transform.AnnotateTIROpPattern(),
-        relax.transform.FoldConstant(),
-        relax.transform.FuseOps(),
-        relax.transform.FuseTIR(),
-    ]
-
-
-def fuse(mod, target: TargetInfo):
-    """Relax module -> module of fused TIR functions, as compile_relax sees it."""
+def fuse(mod, target: TargetInfo, fast_math: bool = True):
+    """Relax module -> module of fused TIR functions, as the whole-model compile sees it."""
     import tvm
 
     tvm_target = target.tvm()
     with tvm_target, tvm.transform.PassContext(opt_level=3):
-        return tvm.transform.Sequential(compile_passes(tvm_target))(mod)
+        return tvm.transform.Sequential(fuse_passes(tvm_target, fast_math))(mod)
 
 
-def extract_from_relax(mod, target: TargetInfo) -> list[Task]:
-    """Fused subgraphs of a prepared Relax module as Tasks (deduplicated, with weights)."""
+def extract_from_relax(mod, target: TargetInfo, fast_math: bool = True) -> list[Task]:
+    """Fused subgraphs of a prepared Relax module as Tasks (deduplicated, with weights);
+    `fast_math=False`: TVM's own legalization of transcendental math (tlm.graph.passes)."""
     from tvm.s_tir import meta_schedule as ms
 
     try:
         with quiet_stderr():
-            fused = fuse(mod, target)
+            fused = fuse(mod, target, fast_math)
             extracted = ms.relax_integration.extract_tasks(fused, target.tvm())
     except Exception as err:
         raise TlmError(f"task extraction failed: {first_line(err, limit=None)}") from None

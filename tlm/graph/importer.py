@@ -1,7 +1,8 @@
 """Graph layer, stage 1a: import a model (zoo name, torch.nn.Module or ONNX file) into Relax.
 
 The result is an `ImportedModel`: the Relax module with weights bound as constants, batch norm
-decomposed and operand order made frontend-independent (what tlm.graph.extract fuses), plus
+decomposed and operand order made frontend-independent (tlm.graph.passes.prepare; what
+tlm.graph.extract fuses), plus
 example inputs and a reference implementation that compiled models are checked against.
 """
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from tlm.errors import TlmError, first_line, quiet_stderr
+from tlm.graph.passes import prepare
 
 
 @dataclass
@@ -25,44 +27,6 @@ class ImportedModel:
     torch_module: Any = field(default=None, repr=False)
     example_inputs: tuple | None = field(default=None, repr=False)  # torch tensors
     onnx_path: str | None = None
-
-
-def _constants_last(mod):
-    """Put the constant operand of commutative ops second: `b + x` -> `x + b`.
-
-    Frontends differ here (torch.export emits `bias + matmul`, ONNX Gemm `matmul + bias`), and
-    the operand order changes the fused TIR and so the task hash; one order makes the same
-    model give the same tasks from either frontend.
-    """
-    import tvm
-    from tvm import relax
-
-    ops = [tvm.ir.Op.get(name) for name in ("relax.add", "relax.multiply")]
-    Const = type(relax.const(0.0))  # relax constants (the class moved between TVM versions)
-
-    @relax.expr_functor.mutator
-    class Swap(relax.PyExprMutator):
-        def visit_call_(self, call):
-            call = super().visit_call_(call)
-            if (any(call.op.same_as(op) for op in ops) and len(call.args) == 2 and isinstance(call.args[0], Const)
-                    and not isinstance(call.args[1], Const)):
-                return relax.Call(call.op, [call.args[1], call.args[0]], call.attrs, call.ty_args)
-            return call
-
-    for gv, func in list(mod.functions.items()):
-        if isinstance(func, relax.Function):
-            mod[gv] = Swap().visit_expr(func)
-    return mod
-
-
-def _prepare(mod):
-    """Passes before fusion: batch norm becomes arithmetic that fuses into convs; operand order
-    is made frontend-independent."""
-    from tvm import relax
-
-    mod = relax.transform.DecomposeOpsForInference()(mod)
-    mod = relax.transform.CanonicalizeBindings()(mod)
-    return _constants_last(mod)
 
 
 def import_torch(module, example_inputs, source: str = "<module>") -> ImportedModel:
@@ -98,7 +62,7 @@ def import_torch(module, example_inputs, source: str = "<module>") -> ImportedMo
         return out.detach().numpy()
 
     inputs = [x.detach().numpy() for x in example_inputs]
-    return ImportedModel(source, _prepare(mod), inputs, reference, module, example_inputs)
+    return ImportedModel(source, prepare(mod), inputs, reference, module, example_inputs)
 
 
 def import_onnx(path: str) -> ImportedModel:
@@ -150,7 +114,7 @@ def import_onnx(path: str) -> ImportedModel:
         sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
         return sess.run(None, dict(zip(shapes, inputs)))[0]
 
-    return ImportedModel(path, _prepare(mod), inputs, reference, onnx_path=path)
+    return ImportedModel(path, prepare(mod), inputs, reference, onnx_path=path)
 
 
 def import_source(source: str) -> ImportedModel:

@@ -268,7 +268,7 @@ class Database:
 
     def to_metaschedule(self, target, work_dir: str | None = None, best_only: bool = True):
         """A MetaSchedule database (JSONDatabase in `work_dir`, else in memory) of this target's
-        correct records: the best per task (what `compile_relax` applies), or all of them."""
+        correct records: the best per task (what the whole-model compile applies), or all of them."""
         from tlm.graph.target import resolve_target
         from tlm.space.intrin import light_tensor_intrin
         from tvm.s_tir import meta_schedule as ms

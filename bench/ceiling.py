@@ -1,0 +1,146 @@
+"""The compiler's ceiling (issue 13): each change before and after, same tuner and budget.
+
+    python bench/ceiling.py [--part ops] [--budget 16g] [--rounds 7] [--out bench/results]
+
+Part `ops` (fast vectorizable math, tlm.graph.passes): the single ops that the issue measured,
+each as a one-op PyTorch model on its real shape:
+- GELU (erf form, BERT) and GPT-2's tanh GELU (`0.5 x (1 + tanh(c (x + 0.044715 x^3)))`, as
+  torch ops, so `pow` is in it) on [1, 128, 3072];
+- softmax on [1, 12, 128, 128] (attention scores) and layer norm on [1, 128, 768].
+For each, the model's tasks are extracted twice, with TVM's own legalization ("before") and with
+tlm's fast math ("after"); each task set gets the same random-program budget through the
+checked measurer, the whole model is built from those records and its output checked against
+PyTorch, and both builds run interleaved with PyTorch eager and ONNX Runtime on the same
+threads: `--rounds` rounds, medians. Writes OUT/ceiling.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def _ops():
+    import torch
+
+    class Gelu(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.gelu(x)
+
+    class NewGelu(torch.nn.Module):  # transformers' GPT-2 activation, op for op
+        def forward(self, x):
+            return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+    class Softmax(torch.nn.Module):
+        def forward(self, x):
+            return torch.softmax(x, dim=-1)
+
+    return {
+        "gelu (erf) [1,128,3072]": (Gelu(), (1, 128, 3072)),
+        "gelu (tanh, GPT-2) [1,128,3072]": (NewGelu(), (1, 128, 3072)),
+        "softmax [1,12,128,128]": (Softmax(), (1, 12, 128, 128)),
+        "layer_norm [1,128,768]": (torch.nn.LayerNorm(768), (1, 128, 768)),
+    }
+
+
+def run_ops(budget: str, rounds: int, target) -> list[dict]:
+    import numpy as np
+    import torch
+    import tvm
+
+    from tlm.compiler.build import CompileConfig, compile_imported, onnxruntime_runner
+    from tlm.eval.run import interleaved
+    from tlm.graph.extract import extract_from_relax
+    from tlm.graph.importer import import_torch
+    from tlm.search.base import TuneConfig
+    from tlm.search.tune import tune
+
+    torch.set_num_threads(target.cores)
+    rows = []
+    for name, (module, shape) in _ops().items():
+        torch.manual_seed(0)
+        imported = import_torch(module.eval(), (torch.randn(*shape),))
+        fns, row = {}, {"op": name}
+        args = [tvm.runtime.tensor(np.ascontiguousarray(x), tvm.cpu()) for x in imported.inputs]
+        for label, fast in (("before", False), ("after", True)):
+            tasks = extract_from_relax(imported.mod, target, fast_math=fast)
+            db = tempfile.mkdtemp(prefix=f"tlm-ceiling-{label}-")
+            tune(tasks, "random", budget, db, target=target, config=TuneConfig(seed=0), progress=False)
+            m = compile_imported(imported, db, target=target, tasks=tasks,
+                                 config=CompileConfig(repeat=3, min_repeat_ms=50, compare=False, fast_math=fast))
+            row[f"{label}_tasks"] = [t.name for t in tasks]
+            row[f"{label}_matches"], row[f"{label}_max_abs_diff"] = m.matches, m.max_abs_diff
+            row[f"{label}_measurements"] = m.measurements
+            fns[label] = lambda vm=m.vm: vm["main"](*args)
+        ex = imported.example_inputs
+        fns["pytorch"] = lambda mod=imported.torch_module, ex=ex: mod(*ex)
+        ort, note = onnxruntime_runner(imported, target.cores)
+        if ort is not None:
+            fns["onnxruntime"] = ort
+        else:
+            row["onnxruntime_note"] = note
+        times = interleaved(fns, rounds, min_ms=100)
+        row.update({f"{k}_us": statistics.median(v) * 1e3 for k, v in times.items()})
+        row["times_ms"] = times
+        print(f"{name}: " + ", ".join(f"{k} {row[k + '_us']:.1f} us" for k in fns), flush=True)
+        rows.append(row)
+    return rows
+
+
+def _fmt(v) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def write(out: Path, rows: list[dict], args, target) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    created = time.strftime("%Y-%m-%d %H:%M:%S")
+    (out / "ceiling.json").write_text(json.dumps(
+        {"created": created, "target": target.config, "cpu": target.cpu, "isa": target.isa, "threads": target.cores,
+         "budget": args.budget, "rounds": args.rounds, "ops": rows}, indent=1))
+    cmd = f"python bench/ceiling.py --part ops --budget {args.budget} --rounds {args.rounds}"
+    lines = [
+        f"# The compiler's ceiling: before/after ({target.cpu}, {target.isa}, {target.cores} threads)", "",
+        f"Run {created} with `{cmd}`. Same random-program budget ({args.budget}, checked measurer) "
+        "before and after; whole one-op models built from those records, outputs checked against "
+        f"PyTorch; all contenders timed interleaved, median of {args.rounds} rounds (us per call).", "",
+        "## Fast vectorizable math (tlm.graph.passes)", "",
+        "| op | before (TVM math) | after (fast math) | speedup | PyTorch | ONNX Runtime | after / PyTorch | outputs ok |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        sp = r["before_us"] / r["after_us"]
+        vs = r["after_us"] / r["pytorch_us"]
+        ok = "yes" if r["before_matches"] and r["after_matches"] else "NO"
+        lines.append(f"| {r['op']} | {_fmt(r['before_us'])} | {_fmt(r['after_us'])} | {sp:.1f}x | "
+                     f"{_fmt(r['pytorch_us'])} | {_fmt(r.get('onnxruntime_us'))} | {vs:.2f} | {ok} |")
+    lines += ["", "`after / PyTorch` below 1.0: TVM's program is faster than PyTorch's own op (the issue's "
+              "target: at most 1.5)."]
+    (out / "ceiling.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--part", choices=("ops",), default="ops")
+    ap.add_argument("--budget", default="16g", help="random programs per task, before and after")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--out", default="bench/results")
+    args = ap.parse_args(argv)
+    from tlm.graph.target import host_target
+
+    target = host_target()
+    rows = run_ops(args.budget, args.rounds, target)
+    write(Path(args.out), rows, args, target)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
