@@ -1,5 +1,6 @@
 """Graph passes (tlm.graph.passes): fast float32 math leaves no scalar libm call in any task, and
-whole models built with it match PyTorch closely over the whole float range that matters."""
+whole models built with it match PyTorch closely over the whole float range that matters;
+elementwise ops after a reshape join the matmul before it."""
 
 import numpy as np
 import pytest
@@ -65,3 +66,54 @@ def test_other_dtypes_keep_the_default_legalization(host):
 
     (task,) = [t for t in extract_tasks(Half(), _inputs(), target=host) if "tanh" in t.name]
     assert "T.tanh(" in task.mod.script()  # float64: TVM's own (exact) tanh
+
+
+class Block(torch.nn.Module):
+    """The reshape patterns of BERT and GPT-2 blocks: Linear + GELU on 3-D input, GPT-2's Conv1D
+    (addmm on a 2-D view) + tanh GELU + residual, attention scores scaled and masked."""
+
+    def __init__(self, d=32, f=64, h=2, s=8):
+        super().__init__()
+        self.fc = torch.nn.Linear(d, f)
+        self.w, self.b = torch.nn.Parameter(torch.randn(f, d) * 0.1), torch.nn.Parameter(torch.randn(d))
+        self.h, self.s = h, s
+        self.register_buffer("mask", torch.triu(torch.full((1, 1, s, s), -1e4), 1))
+
+    def forward(self, x):  # [1, s, d]
+        g = torch.nn.functional.gelu(self.fc(x))
+        y = torch.addmm(self.b, g.view(-1, g.shape[-1]), self.w).view(x.shape)
+        y = 0.5 * y * (1.0 + torch.tanh(0.7978845608 * (y + 0.044715 * torch.pow(y, 3.0)))) + x
+        q = y.view(1, self.s, self.h, -1).transpose(1, 2).reshape(self.h, self.s, -1)
+        scores = (torch.bmm(q, q.transpose(1, 2)) * 0.125).view(1, self.h, self.s, self.s) + self.mask
+        return torch.softmax(scores, dim=-1)
+
+
+def test_elementwise_ops_after_a_reshape_join_the_matmul(tmp_path, host):
+    from tlm.compiler.build import CompileConfig
+    from tlm.compiler.job import compile_model
+    from tlm.graph.extract import extract_tasks
+    from tlm.measure.database import open_db
+
+    torch.manual_seed(0)
+    model, inputs = Block().eval(), (torch.randn(1, 8, 32),)
+    tasks = extract_tasks(model, inputs, target=host)
+    matmuls = [t.name for t in tasks if t.kind == "matmul"]
+    assert any("gelu" in n for n in matmuls) and any("tanh" in n for n in matmuls)
+    assert any(n.endswith("_add") or "_add" in n.split("tanh")[-1] for n in matmuls)  # the residual add
+    assert any("multiply" in n and "add" in n for n in matmuls if "tanh" not in n)  # scale and mask
+    lone = [t.name for t in tasks if t.kind in ("gelu", "add", "multiply", "tanh")]
+    assert not lone, lone
+    open_db(str(tmp_path / "db")).close()
+    with pytest.warns(UserWarning, match="untuned"):
+        compiled = compile_model(model, inputs, db=str(tmp_path / "db"), target=host,
+                                 config=CompileConfig(repeat=1, min_repeat_ms=1, compare=False))
+    assert compiled.matches, compiled.max_abs_diff
+
+
+def test_bert_has_no_lone_elementwise_task_after_a_matmul(host):
+    from tlm.graph.extract import tasks_for_source
+
+    names = [t.name for t in tasks_for_source("bert_tiny", host).tasks]
+    assert any(n.startswith("fused_matmul") and n.endswith("gelu") for n in names)
+    assert not [n for n in names if "gelu" in n and "matmul" not in n]
+    assert not [n for n in names if n.startswith("fused_reshape") and n.rsplit("_", 1)[-1].startswith("add")]

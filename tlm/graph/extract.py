@@ -24,7 +24,7 @@ from tlm.graph.target import TargetInfo, resolve_target
 from tlm.graph.tasks import Task, task_from_mod
 
 # Bump when extraction changes in a way that changes tasks (invalidates the on-disk cache).
-# 2: fast float32 math in legalization (tlm.graph.passes).
+# 2: fast float32 math in legalization, elementwise ops moved before reshapes (tlm.graph.passes).
 EXTRACT_VERSION = 2
 
 

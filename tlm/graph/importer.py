@@ -29,8 +29,9 @@ class ImportedModel:
     onnx_path: str | None = None
 
 
-def import_torch(module, example_inputs, source: str = "<module>") -> ImportedModel:
-    """Import a torch.nn.Module with torch.export -> Relax."""
+def import_torch(module, example_inputs, source: str = "<module>", sink_reshapes: bool = True) -> ImportedModel:
+    """Import a torch.nn.Module with torch.export -> Relax (`sink_reshapes=False`: without
+    tlm.graph.passes.sink_reshapes, the benchmarks' "before")."""
     import numpy as np
     import torch
     from tvm.relax.frontend.torch import from_exported_program
@@ -62,7 +63,7 @@ def import_torch(module, example_inputs, source: str = "<module>") -> ImportedMo
         return out.detach().numpy()
 
     inputs = [x.detach().numpy() for x in example_inputs]
-    return ImportedModel(source, prepare(mod), inputs, reference, module, example_inputs)
+    return ImportedModel(source, prepare(mod, sink_reshapes), inputs, reference, module, example_inputs)
 
 
 def import_onnx(path: str) -> ImportedModel:

@@ -2,7 +2,8 @@
 extraction and the whole-model compile run (so tuned records always find their tasks).
 
 - `prepare`: before fusion, target-independent: batch norm decomposed into arithmetic that fuses
-  into convs, constant operands of commutative ops put second (frontend-independent hashes).
+  into convs, constant operands of commutative ops put second (frontend-independent hashes),
+  elementwise ops moved before reshapes so they fuse into the matmul before (`sink_reshapes`).
 - `fuse_passes`: library dispatch, legalization with fast vectorizable math (`FAST_MATH`),
   op patterns, constant folding, FuseOps, FuseTIR.
 
@@ -47,14 +48,109 @@ def constants_last(mod):
     return mod
 
 
-def prepare(mod):
+# Elementwise ops that commute with a reshape (binary ones: see Sink.operand for the other side).
+_UNARY = ("relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.relu", "relax.nn.silu", "relax.tanh", "relax.sigmoid",
+          "relax.erf", "relax.exp", "relax.sqrt", "relax.rsqrt", "relax.negative", "relax.abs", "relax.clip")
+_BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.power", "relax.maximum",
+           "relax.minimum")
+
+
+def _shape(expr) -> tuple | None:
+    shape = getattr(expr.ty, "shape", None)
+    try:
+        return tuple(int(v) for v in shape.values)
+    except (AttributeError, TypeError):  # unknown or symbolic shape
+        return None
+
+
+def sink_reshapes(mod):
+    """Move elementwise ops before the reshapes they follow: `f(reshape(y))` -> `reshape(f(y))`.
+
+    torch.export writes `Linear` on a 3-D input (and GPT-2 its Conv1D) as reshape -> matmul ->
+    add -> reshape, so an activation after it follows a reshape, and FuseOps, which fuses only
+    elementwise ops into a matmul's epilogue, leaves it a task of its own. Once the activation
+    is computed before the reshape it joins the matmul's task. Applied op by op, so a whole
+    elementwise chain (GPT-2's tanh GELU, a residual add) moves; `reshape(reshape(y))` then
+    becomes one reshape, or none when it restores y's shape.
+    """
+    import tvm
+    from tvm import relax
+
+    unary = [tvm.ir.Op.get(n) for n in _UNARY]
+    binary = [tvm.ir.Op.get(n) for n in _BINARY]
+    reshape_op = tvm.ir.Op.get("relax.reshape")
+
+    def is_op(expr, ops) -> bool:
+        return isinstance(expr, relax.Call) and any(expr.op.same_as(o) for o in ops)
+
+    @relax.expr_functor.mutator
+    class Sink(relax.PyExprMutator):
+        def reshaped(self, expr):
+            """(y, target shape) when `expr` is a variable bound to reshape(y, shape)."""
+            bound = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
+            if is_op(bound, [reshape_op]) and _shape(bound.args[0]) is not None and _shape(expr) is not None:
+                return bound.args[0], bound.args[1]
+            return None
+
+        def operand(self, y, z, out: tuple):
+            """The other operand `z` of `op(reshape(y) -> out, z)` recast for `op(y, z')`, or None.
+
+            z' is z reshaped to y's shape when z has the output's shape (a residual add), else z
+            without the leading dims the reshape changes, where z must broadcast (size 1); e.g.
+            an attention mask [1, 1, S, S] against scores reshaped [H, S, S] -> [1, H, S, S]."""
+            ys, zs = _shape(y), _shape(z)
+            if ys is None or zs is None:
+                return None
+            if zs == out:
+                return z if zs == ys else self.builder_.emit(relax.op.reshape(z, ys))
+            k = 0  # trailing dims that the reshape keeps
+            while k < min(len(out), len(ys)) and out[-1 - k] == ys[-1 - k]:
+                k += 1
+            lead = len(zs) - k
+            if lead > 0 and any(d != 1 for d in zs[:lead]):
+                return None
+            return z if lead <= 0 else self.builder_.emit(relax.op.reshape(z, zs[lead:]))
+
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if is_op(call, [reshape_op]) and (inner := self.reshaped(call.args[0])) is not None:
+                y = inner[0]  # reshape(reshape(y)): one reshape, or y itself
+                return y if _shape(y) == _shape(call) else relax.op.reshape(y, call.args[1])
+            if is_op(call, unary) and (r := self.reshaped(call.args[0])) is not None:
+                inner = self.builder_.emit(relax.Call(call.op, [r[0]], call.attrs, call.ty_args))
+                return relax.op.reshape(inner, r[1])
+            if is_op(call, binary) and len(call.args) == 2:
+                a, b = call.args
+                ra, rb = self.reshaped(a), self.reshaped(b)
+                out = _shape(call)
+                if ra and rb and _shape(ra[0]) == _shape(rb[0]) and _shape(a) == _shape(b):
+                    args, shape = [ra[0], rb[0]], ra[1]
+                elif ra and _shape(a) == out and (z := self.operand(ra[0], b, out)) is not None:
+                    args, shape = [ra[0], z], ra[1]
+                elif rb and _shape(b) == out and (z := self.operand(rb[0], a, out)) is not None:
+                    args, shape = [z, rb[0]], rb[1]
+                else:
+                    return call
+                inner = self.builder_.emit(relax.Call(call.op, args, call.attrs, call.ty_args))
+                return relax.op.reshape(inner, shape)
+            return call
+
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function):
+            mod[gv] = Sink().visit_expr(func)
+    return relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(mod))
+
+
+def prepare(mod, sink: bool = True):
     """Passes before fusion: batch norm becomes arithmetic that fuses into convs; operand order
-    is made frontend-independent."""
+    is made frontend-independent; elementwise ops move before reshapes (into matmul epilogues;
+    `sink=False` leaves them, for the benchmarks' "before")."""
     from tvm import relax
 
     mod = relax.transform.DecomposeOpsForInference()(mod)
     mod = relax.transform.CanonicalizeBindings()(mod)
-    return constants_last(mod)
+    mod = constants_last(mod)
+    return sink_reshapes(mod) if sink else mod
 
 
 # ---------------------------------------------------------------------- fast math
@@ -109,7 +205,7 @@ def _softmax(bb, call):
 
     if call.args[0].ty.dtype != "float32":
         return _default("relax.nn.softmax")(bb, call)
-    return bb.call_te(topi.nn.fast_softmax, call.args[0], call.attrs.axis)
+    return bb.call_te(topi.nn.fast_softmax, call.args[0], call.attrs.axis, primfunc_name_hint="softmax")
 
 
 # pow(x, k) for these constant exponents: multiplications (or sqrt) instead of powf.
