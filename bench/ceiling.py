@@ -95,6 +95,7 @@ def run_ops(budget: str, rounds: int, target, only: str | None = None) -> list[d
             row[f"{label}_tasks"] = [t.name for t in tasks]
             row[f"{label}_matches"], row[f"{label}_max_abs_diff"] = m.matches, m.max_abs_diff
             row[f"{label}_measurements"] = m.measurements
+            row[f"{label}_task_us"] = m.weighted_task_latency_us  # sum of weight x best, measurer's timing
             fns[label] = lambda vm=m.vm, args=args: vm["main"](*args)
         ex = imported.example_inputs
         fns["pytorch"] = lambda mod=imported.torch_module, ex=ex: mod(*ex)
@@ -126,19 +127,21 @@ def write(out: Path, rows: list[dict], args, target) -> None:
         f"# The compiler's ceiling: before/after ({target.cpu}, {target.isa}, {target.cores} threads)", "",
         f"Run {created} with `{cmd}`. Same random-program budget ({args.budget}, checked measurer) "
         "before and after; whole one-op models built from those records, outputs checked against "
-        f"PyTorch; all contenders timed interleaved, median of {args.rounds} rounds (us per call).", "",
+        f"PyTorch; all contenders timed interleaved, median of {args.rounds} rounds (us per call). "
+        "Task sum: weight x best latency over the model's tasks, as the measurer timed them.", "",
         "## Single ops (tlm.graph.passes)", "",
         "Fast math: TVM's scalar libm calls (before) vs vectorizable polynomials (after). Epilogue fusion:",
         "the activation in a task of its own after the reshape (before) vs in the matmul's task (after).", "",
-        "| op | change | tasks before -> after | before | after | speedup | PyTorch | ONNX Runtime | after / PyTorch "
-        "| outputs ok |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| op | change | tasks before -> after | task sum before -> after | before | after | speedup | PyTorch "
+        "| ONNX Runtime | after / PyTorch | outputs ok |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         sp = r["before_us"] / r["after_us"]
         vs = r["after_us"] / r["pytorch_us"]
         ok = "yes" if r["before_matches"] and r["after_matches"] else "NO"
         lines.append(f"| {r['op']} | {r['change']} | {len(r['before_tasks'])} -> {len(r['after_tasks'])} | "
+                     f"{_fmt(r['before_task_us'])} -> {_fmt(r['after_task_us'])} | "
                      f"{_fmt(r['before_us'])} | {_fmt(r['after_us'])} | {sp:.1f}x | "
                      f"{_fmt(r['pytorch_us'])} | {_fmt(r.get('onnxruntime_us'))} | {vs:.2f} | {ok} |")
     lines += ["", "`after / PyTorch` below 1.0: TVM's program is faster than PyTorch's own op (the issue's "

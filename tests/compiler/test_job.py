@@ -143,3 +143,26 @@ def test_compile_needs_db_or_budget(tmp_path):
     assert main(["compile", "mobilenet_v2"]) == 2
     assert main(["compile", "mobilenet_v2", "--db", str(tmp_path), "--model", str(tmp_path)]) == 2
     assert main(["compile", "mobilenet_v2", "--budget", "lots"]) == 2
+
+
+def _test_workloads() -> list[str]:
+    from tlm.graph.zoo import list_workloads
+
+    return [w.name for w in list_workloads("test")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workload", _test_workloads())
+def test_held_out_workloads_compile_and_match(workload, tmp_path, host):
+    """Every held-out workload goes through tlm's passes, one random program per task (checked by
+    the measurer), and compiles to a model whose output matches PyTorch."""
+    from tlm.compiler.build import CompileConfig
+    from tlm.compiler.job import compile_model
+    from tlm.search.base import TuneConfig
+    from tlm.search.tune import tune
+
+    db = str(tmp_path / "db")
+    tune(workload, "random", "1g", db, target=host, config=TuneConfig(seed=0), progress=False)
+    model = compile_model(workload, db=db, target=host,
+                          config=CompileConfig(repeat=1, min_repeat_ms=1, compare=False))
+    assert model.matches, (model.max_abs_diff, model.tolerance)
