@@ -209,11 +209,17 @@ def _softmax(bb, call):
 
 
 # pow(x, k) for these constant exponents: multiplications (or sqrt) instead of powf.
+def _sqrt(x):
+    from tvm import topi
+
+    return topi.sqrt(x)
+
+
 _POWERS: dict[float, Callable[[Any], Any]] = {
     2.0: lambda x: x * x,
     3.0: lambda x: x * x * x,
     4.0: lambda x: (x * x) * (x * x),
-    0.5: lambda x: __import__("tvm").topi.sqrt(x),
+    0.5: _sqrt,
 }
 
 
