@@ -9,6 +9,8 @@ model on its real shape:
   scores) and layer norm on [1, 128, 768]. Before: TVM's own legalization; after: fast math.
 - epilogue fusion: BERT's Linear(768 -> 3072) + GELU on [1, 128, 768]. Before: the reshape that
   torch.export writes stays, GELU is a task of its own; after: GELU in the matmul's task.
+- pre-packed weights: BERT's Linear(768 -> 768), ResNet-50's 3x3 and 1x1 convs, MobileNet-V2's
+  depthwise conv. Before: weights in the model's layout; after: packed (RewriteLayout), convs too.
 Before and after get the same random-program budget per task through the checked measurer,
 the whole model is built from those records and its output checked against PyTorch, and both
 builds run interleaved with PyTorch eager and ONNX Runtime on the same threads: `--rounds`
@@ -52,8 +54,15 @@ def _ops():
         def forward(self, x):
             return torch.nn.functional.gelu(self.fc(x))
 
+    def conv(cin, cout, k, groups=1):
+        return torch.nn.Conv2d(cin, cout, k, padding=k // 2, groups=groups, bias=False)
+
     # name -> (change measured, module, input shape)
     return {
+        "linear 768->768 [1,128,768] (bert_base)": ("pre-packed weights", torch.nn.Linear(768, 768), (1, 128, 768)),
+        "conv2d 3x3 64->64 [1,64,56,56] (resnet_50)": ("pre-packed weights", conv(64, 64, 3), (1, 64, 56, 56)),
+        "conv2d 1x1 256->64 [1,256,56,56] (resnet_50)": ("pre-packed weights", conv(256, 64, 1), (1, 256, 56, 56)),
+        "depthwise 3x3 96 [1,96,56,56] (mobilenet_v2)": ("pre-packed weights", conv(96, 96, 3, 96), (1, 96, 56, 56)),
         "gelu (erf) [1,128,3072]": ("fast math", Gelu(), (1, 128, 3072)),
         "gelu (tanh, GPT-2) [1,128,3072]": ("fast math", NewGelu(), (1, 128, 3072)),
         "softmax [1,12,128,128]": ("fast math", Softmax(), (1, 12, 128, 128)),
@@ -71,27 +80,31 @@ def run_ops(budget: str, rounds: int, target, only: str | None = None) -> list[d
     from tlm.eval.run import interleaved
     from tlm.graph.extract import extract_from_relax
     from tlm.graph.importer import import_torch
+    from tlm.graph.passes import PREPACK_OPS
     from tlm.search.base import TuneConfig
     from tlm.search.tune import tune
 
     torch.set_num_threads(target.cores)
     rows = []
     for name, (change, module, shape) in _ops().items():
-        if only and only not in name:
+        if only and only not in name and only != change:
             continue
         torch.manual_seed(0)
         x = torch.randn(*shape)
         fns, row = {}, {"op": name, "change": change}
         for label, new in (("before", False), ("after", True)):
-            # "before": TVM's math (fast math rows) or the reshape left in place (fusion rows).
+            # "before": TVM's math (fast math rows), the reshape left in place (fusion rows) or
+            # weights in the model's layout (pre-packing rows; "after" packs convs too, to decide).
             fast = new or change != "fast math"
+            prepack = (PREPACK_OPS | {"conv2d"} if new else False) if change == "pre-packed weights" else True
             imported = import_torch(module.eval(), (x,), sink_reshapes=new or change != "epilogue fusion")
             args = [tvm.runtime.tensor(np.ascontiguousarray(v), tvm.cpu()) for v in imported.inputs]
-            tasks = extract_from_relax(imported.mod, target, fast_math=fast)
+            tasks = extract_from_relax(imported.mod, target, fast_math=fast, prepack=prepack)
             db = tempfile.mkdtemp(prefix=f"tlm-ceiling-{label}-")
             tune(tasks, "random", budget, db, target=target, config=TuneConfig(seed=0), progress=False)
             m = compile_imported(imported, db, target=target, tasks=tasks,
-                                 config=CompileConfig(repeat=3, min_repeat_ms=50, compare=False, fast_math=fast))
+                                 config=CompileConfig(repeat=3, min_repeat_ms=50, compare=False, fast_math=fast,
+                                                     prepack=prepack))
             row[f"{label}_tasks"] = [t.name for t in tasks]
             row[f"{label}_matches"], row[f"{label}_max_abs_diff"] = m.matches, m.max_abs_diff
             row[f"{label}_measurements"] = m.measurements
@@ -131,7 +144,10 @@ def write(out: Path, rows: list[dict], args, target) -> None:
         "Task sum: weight x best latency over the model's tasks, as the measurer timed them.", "",
         "## Single ops (tlm.graph.passes)", "",
         "Fast math: TVM's scalar libm calls (before) vs vectorizable polynomials (after). Epilogue fusion:",
-        "the activation in a task of its own after the reshape (before) vs in the matmul's task (after).", "",
+        "the activation in a task of its own after the reshape (before) vs in the matmul's task (after).",
+        "Pre-packed weights: weights in the model's layout (before) vs packed by MetaSchedule's RewriteLayout",
+        "in the layout each program reads best, folded into the constants at compile time (after; convs",
+        "were packed here to decide the default, `tlm.graph.passes.PREPACK_OPS`).", "",
         "| op | change | tasks before -> after | task sum before -> after | before | after | speedup | PyTorch "
         "| ONNX Runtime | after / PyTorch | outputs ok |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -156,12 +172,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", default="32g", help="random programs per task, before and after")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--out", default="bench/results")
-    ap.add_argument("--only", default=None, help="only the ops whose name contains this")
+    ap.add_argument("--only", default=None, help="only the ops whose name contains this (or whose change is this)")
     args = ap.parse_args(argv)
     from tlm.graph.target import host_target
 
     target = host_target()
     rows = run_ops(args.budget, args.rounds, target, args.only)
+    old = Path(args.out) / "ceiling.json"
+    if args.only and old.exists():  # a partial run replaces its rows and keeps the others
+        kept = json.loads(old.read_text()).get("ops", [])
+        names = {r["op"] for r in rows}
+        rows = [r for r in kept if r["op"] not in names] + rows
     write(Path(args.out), rows, args, target)
     return 0
 

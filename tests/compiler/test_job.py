@@ -1,5 +1,6 @@
 """Whole-model compile: a small CNN from a small database matches PyTorch; other targets ignored."""
 
+import json
 import warnings
 
 import numpy as np
@@ -55,6 +56,38 @@ def test_small_cnn_from_small_db(tmp_path, host):
     want = net(inputs[0]).detach().numpy()
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
     np.testing.assert_allclose(model(inputs[0].numpy()), got)
+
+
+def test_packed_weights_fold_into_the_compiled_model(tmp_path, host):
+    """A tuned matmul whose weight its program packs: the compile folds the packing into the
+    constants, the user passes the input as before, and the output matches PyTorch."""
+    import torch
+
+    from tlm.compiler.build import CompileConfig
+    from tlm.compiler.job import compile_model
+    from tlm.graph.extract import extract_tasks
+    from tlm.measure.database import open_db
+    from tlm.measure.measurer import MeasureConfig
+    from tlm.search.base import TuneConfig
+    from tlm.search.tune import tune
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.ReLU(), torch.nn.Linear(48, 40)).eval()
+    inputs = (torch.randn(1, 16, 64),)
+    tasks = [t for t in extract_tasks(net, inputs, target=host) if t.mod["main"].attrs.get("layout_free_buffers")]
+    assert len(tasks) == 2
+    db = str(tmp_path / "db")
+    cfg = TuneConfig(batch_size=4, measure=MeasureConfig(repeat=2, min_repeat_ms=5, remeasure_top=1))
+    tune(tasks, "random", "4g", db, target=host, config=cfg, progress=False)
+    with open_db(db) as d:
+        best = [d.compile_record(t.hash, host.key) for t in tasks]
+    assert all(b is not None for b in best)
+    assert any("TransformLayout" in json.dumps(b.trace_json) for b in best)  # a packed program won
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = compile_model(net, inputs, db=db, target=host, config=CompileConfig(repeat=2, min_repeat_ms=5, compare=False))
+    assert model.matches, model.max_abs_diff
+    np.testing.assert_allclose(model(inputs[0]), net(inputs[0]).detach().numpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_records_of_another_target_are_ignored(tmp_path, host, matmul32):

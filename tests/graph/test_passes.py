@@ -117,3 +117,31 @@ def test_bert_has_no_lone_elementwise_task_after_a_matmul(host):
     assert any(n.startswith("fused_matmul") and n.endswith("gelu") for n in names)
     assert not [n for n in names if "gelu" in n and "matmul" not in n]
     assert not [n for n in names if n.startswith("fused_reshape") and n.rsplit("_", 1)[-1].startswith("add")]
+
+
+class LinearConv(torch.nn.Module):
+    """A conv, then a Linear on its flattened output: [1, 3, 8, 8] -> [1, 8, 24]."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = torch.nn.Linear(64, 24)
+
+    def forward(self, x):
+        return torch.relu(self.fc(torch.relu(self.conv(x)).flatten(2)))
+
+
+def test_only_matmul_weights_are_layout_free_and_names_are_kept(host):
+    from tlm.graph.extract import extract_tasks
+    from tlm.graph.passes import PREPACK_OPS
+
+    x = (torch.randn(1, 3, 8, 8),)
+    tasks = extract_tasks(LinearConv().eval(), x, target=host)
+    free = {t.name: t.mod["main"].attrs.get("layout_free_buffers") for t in tasks}
+    matmuls = [n for n in free if "matmul" in n or "dense" in n]
+    assert matmuls and all(free[n] for n in matmuls), free
+    assert all(free[n] is None for n in free if not PREPACK_OPS & set(n.split("_"))), free
+    assert not [n for n in free if n.endswith("1") and n[:-1] in free]  # TVM's renaming is not ours
+    plain = extract_tasks(LinearConv().eval(), x, target=host, prepack=False)
+    assert {t.name for t in plain} == set(free)
+    assert all(t.mod["main"].attrs.get("layout_free_buffers") is None for t in plain)

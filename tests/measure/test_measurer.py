@@ -118,3 +118,31 @@ def test_rpc_localhost(host, matmul32):
         for p in reversed(procs):
             p.kill()
             p.wait()
+
+
+def test_packed_weights_are_measured_and_checked(host):
+    """Programs whose weight MetaSchedule's RewriteLayout packed: measured with packed-layout
+    arguments, and checked through their packing (a corrupted reference makes them wrong)."""
+    import numpy as np
+    import torch
+
+    from tlm.graph.extract import extract_tasks
+    from tlm.space.design import random_program
+
+    torch.manual_seed(0)
+    tasks = extract_tasks(torch.nn.Linear(64, 48).eval(), (torch.randn(1, 16, 64),), target=host)
+    (task,) = [t for t in tasks if "matmul" in t.name]
+    assert task.mod["main"].attrs.get("layout_free_buffers")
+    progs = [p for p in (random_program(task, host, seed) for seed in range(6)) if p.ok]
+    packed = [p for p in progs if "TransformLayout" in {i[0] for i in p.sch.trace.as_json()[0]}]
+    assert packed
+    with Measurer(host, MeasureConfig(**FAST)) as m:
+        res = m.measure([Candidate(task, schedule=p.sch, proposer="random") for p in packed])
+        assert all(r.ok for r in res), [r.error for r in res]
+        path = m.reference(task)
+        ref = dict(np.load(path))
+        out = max(k for k in ref if k.startswith("out"))
+        ref[out] = ref[out] + 1.0
+        np.savez(path, **ref)
+        bad = m.measure([Candidate(task, schedule=packed[0].sch, proposer="random")])
+        assert bad[0].error.startswith("WrongResult"), bad[0].error

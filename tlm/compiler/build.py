@@ -37,6 +37,7 @@ class CompileConfig:
     atol: float = ATOL
     compare: bool = True  # also time PyTorch eager and ONNX Runtime
     fast_math: bool = True  # tlm.graph.passes' vectorizable math (False: TVM's own, for benchmarks)
+    prepack: bool = True  # pre-packed matmul weights (tlm.graph.passes.layout_free; False: benchmarks)
 
 
 @dataclass
@@ -231,7 +232,7 @@ def compile_database(database, tasks, target) -> tuple[Any, list[dict[str, Any]]
     return msdb, rows
 
 
-def build_relax(msdb, mod, target, fast_math: bool = True):
+def build_relax(msdb, mod, target, fast_math: bool = True, prepack: bool = True):
     """A prepared Relax module -> VM executable, with the records of a MetaSchedule database.
 
     What `ms.relax_integration.compile_relax` does, but the fusion passes are tlm's own
@@ -242,7 +243,7 @@ def build_relax(msdb, mod, target, fast_math: bool = True):
     from tvm.relax import pipeline
     from tvm.relax.transform import MetaScheduleApplyDatabase
 
-    from tlm.graph.passes import fuse_passes
+    from tlm.graph.passes import fuse_passes, prepack_fold
 
     tvm_target = target.tvm()
     try:
@@ -257,8 +258,10 @@ def build_relax(msdb, mod, target, fast_math: bool = True):
 
     @tvm.transform.module_pass(opt_level=3)
     def _pipeline(mod, _ctx):
-        mod = tvm.transform.Sequential(fuse_passes(tvm_target, fast_math))(mod)
+        mod = tvm.transform.Sequential(fuse_passes(tvm_target, fast_math, prepack))(mod)
         mod = MetaScheduleApplyDatabase(enable_warning=False)(mod)  # untuned tasks keep TVM's default
+        if prepack:  # packed weights: the packing runs once, here, on the constants
+            mod = tvm.transform.Sequential(prepack_fold())(mod)
         return tvm.transform.Sequential(lower)(mod)
 
     with tvm_target, msdb, tvm.transform.PassContext(opt_level=3):
@@ -284,7 +287,7 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
     database = open_db(db, create=False)
     try:
         if tasks is None:
-            tasks = extract_from_relax(imported.mod, info, cfg.fast_math)
+            tasks = extract_from_relax(imported.mod, info, cfg.fast_math, cfg.prepack)
         msdb, rows = compile_database(database, tasks, info)
     finally:
         database.close()
@@ -292,7 +295,7 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
     measurements = sum(r["measured"] for r in rows)
     try:
         with quiet_stderr():
-            ex = build_relax(msdb, imported.mod, info, cfg.fast_math)
+            ex = build_relax(msdb, imported.mod, info, cfg.fast_math, cfg.prepack)
     except Exception as err:
         lines = str(err).strip().splitlines()
         raise TlmError(f"whole-model build failed: {lines[-1] if lines else err}") from None

@@ -25,7 +25,8 @@ from tlm.graph.tasks import Task, task_from_mod
 
 # Bump when extraction changes in a way that changes tasks (invalidates the on-disk cache).
 # 2: fast float32 math in legalization, elementwise ops moved before reshapes (tlm.graph.passes).
-EXTRACT_VERSION = 2
+# 3: pre-packed (layout-free) weights of matmul tasks (tlm.graph.passes.layout_free).
+EXTRACT_VERSION = 3
 
 
 def _code_digest() -> str:
@@ -55,23 +56,24 @@ def cache_dir() -> Path:
     return Path(root)
 
 
-def fuse(mod, target: TargetInfo, fast_math: bool = True):
+def fuse(mod, target: TargetInfo, fast_math: bool = True, prepack: bool = True):
     """Relax module -> module of fused TIR functions, as the whole-model compile sees it."""
     import tvm
 
     tvm_target = target.tvm()
     with tvm_target, tvm.transform.PassContext(opt_level=3):
-        return tvm.transform.Sequential(fuse_passes(tvm_target, fast_math))(mod)
+        return tvm.transform.Sequential(fuse_passes(tvm_target, fast_math, prepack))(mod)
 
 
-def extract_from_relax(mod, target: TargetInfo, fast_math: bool = True) -> list[Task]:
+def extract_from_relax(mod, target: TargetInfo, fast_math: bool = True, prepack: bool = True) -> list[Task]:
     """Fused subgraphs of a prepared Relax module as Tasks (deduplicated, with weights);
-    `fast_math=False`: TVM's own legalization of transcendental math (tlm.graph.passes)."""
+    `fast_math=False`: TVM's own legalization of transcendental math, `prepack=False`: no
+    pre-packed weights (tlm.graph.passes)."""
     from tvm.s_tir import meta_schedule as ms
 
     try:
         with quiet_stderr():
-            fused = fuse(mod, target, fast_math)
+            fused = fuse(mod, target, fast_math, prepack)
             extracted = ms.relax_integration.extract_tasks(fused, target.tvm())
     except Exception as err:
         raise TlmError(f"task extraction failed: {first_line(err, limit=None)}") from None
@@ -81,10 +83,10 @@ def extract_from_relax(mod, target: TargetInfo, fast_math: bool = True) -> list[
     return tasks
 
 
-def extract_tasks(module, example_inputs, target=None) -> list[Task]:
+def extract_tasks(module, example_inputs, target=None, prepack: bool = True) -> list[Task]:
     """Tasks of any torch.nn.Module that torch.export accepts."""
     info = resolve_target(target)
-    return extract_from_relax(import_torch(module, example_inputs).mod, info)
+    return extract_from_relax(import_torch(module, example_inputs).mod, info, prepack=prepack)
 
 
 def load(source, example_inputs=None, target=None) -> tuple[ImportedModel, list[Task]]:

@@ -5,7 +5,14 @@ extraction and the whole-model compile run (so tuned records always find their t
   into convs, constant operands of commutative ops put second (frontend-independent hashes),
   elementwise ops moved before reshapes so they fuse into the matmul before (`sink_reshapes`).
 - `fuse_passes`: library dispatch, legalization with fast vectorizable math (`FAST_MATH`),
-  op patterns, constant folding, FuseOps, FuseTIR.
+  op patterns, constant folding, FuseOps, FuseTIR, then `layout_free` (pre-packed weights).
+
+Pre-packed weights. `layout_free` marks the constant weights of the tasks in `PREPACK_OPS`
+layout-free (what TVM's AttachAttrLayoutFreeBuffers does, names kept), so that MetaSchedule's RewriteLayout
+postprocessor packs them in the layout the chosen schedule reads best; the measurer checks such
+programs through their packing (tlm.measure.workers) and the whole-model compile splits the
+packing out and folds it into the constants (`PREPACK_FOLD`), so a user passes inputs as before.
+Other tasks carry no mark: their hashes (and records) are those of extraction version 2.
 
 Fast math. TVM legalizes erf, tanh, exp, sigmoid (and GELU, SiLU, softmax through them) and
 `pow` to scalar libm calls (`erff`, `expf`, `powf`) that LLVM cannot vectorize, so their tasks
@@ -250,10 +257,58 @@ def fast_math_legalization() -> dict[str, Callable]:
     }
 
 
-def fuse_passes(target, fast_math: bool = True) -> list:
+# Operator words of the tasks whose weights are pre-packed (measured: bench/results/ceiling.md).
+PREPACK_OPS = frozenset({"matmul", "dense", "batch_matmul"})
+
+
+def layout_free(ops: frozenset[str] = PREPACK_OPS):
+    """A module pass: the constant arguments of fused TIR functions whose name holds one of `ops`
+    become layout-free (`layout_free_buffers`, constant at every call site). TVM's own
+    AttachAttrLayoutFreeBuffers marks every function and renames them all (`matmul2` ->
+    `matmul21`); this one keeps the names and leaves other functions as they were."""
+    import tvm
+    from tvm import relax
+
+    from tlm.graph.tasks import op_names
+
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+
+    @tvm.transform.module_pass(opt_level=0, name="tlm.LayoutFree")
+    def _pass(mod, _ctx):
+        free: dict = {}  # GlobalVar -> argument indices constant at every call so far
+        for func in mod.functions.values():
+            if not isinstance(func, relax.Function):
+                continue
+            for block in getattr(func.body, "blocks", []):
+                for binding in block.bindings:
+                    call = binding.value
+                    if not (isinstance(call, relax.Call) and call.op.same_as(call_tir)):
+                        continue
+                    gv, args = call.args[0], call.args[1]
+                    args = list(args.fields) if isinstance(args, relax.Tuple) else [args]
+                    consts = {i for i, a in enumerate(args) if isinstance(a, tvm.ir.expr.Constant)}
+                    free[gv] = free[gv] & consts if gv in free else consts
+        for gv, idx in free.items():
+            if idx and ops & set(op_names(gv.name_hint)):
+                mod[gv] = mod[gv].with_attr("layout_free_buffers", sorted(idx))
+        return mod
+
+    return _pass
+
+
+def prepack_fold() -> list:
+    """After the records are applied: each task's weight packing becomes its own function, and
+    constant folding runs it once at compile time (the packed weights are constants)."""
+    from tvm import relax
+
+    return [relax.transform.SplitLayoutRewritePreproc(), relax.transform.FoldConstant()]
+
+
+def fuse_passes(target, fast_math: bool = True, prepack: bool | frozenset[str] = True) -> list:
     """The passes from a prepared Relax module to fused TIR tasks: what extraction runs, and
     what the whole-model compile runs before it applies the records (tlm.compiler.build).
-    `fast_math=False` is TVM's own legalization (the benchmarks' "before")."""
+    `fast_math=False` is TVM's own legalization, `prepack=False` no pre-packed weights (the
+    benchmarks' "before"; a set of op words: those ops'); pre-packing is for CPU targets only."""
     from tvm import relax
     from tvm.relax import pipeline
 
@@ -268,4 +323,6 @@ def fuse_passes(target, fast_math: bool = True) -> list:
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
+        *([layout_free(PREPACK_OPS if prepack is True else frozenset(prepack))]
+          if prepack and target.kind.name == "llvm" else []),
     ]

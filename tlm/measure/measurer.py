@@ -218,7 +218,8 @@ class Measurer:
                 results[i].error = "ReferenceError: " + _short(err)
                 continue
             run_idx.append(i)
-            run_inputs.append(RunnerInput(path, "cpu", ArgInfo.from_prim_func(mod["main"])))
+            # The timed function's arguments: packed weights have their packed shapes.
+            run_inputs.append(RunnerInput(path, "cpu", ArgInfo.from_entry_func(mod, remove_preproc=True)))
         try:
             self._run(results, run_idx, run_inputs)
             # Re-time the best few: one noisy low reading should not decide the winner.

@@ -4,6 +4,12 @@ worker processes run (pickled by reference, so they live at module level here).
 The run worker first runs the program once on fixed inputs and compares every buffer with the
 untuned task's output on the same inputs (`tlm_ref.npz` beside the artifact); a mismatch raises
 `WrongResult`, which the runner turns into the candidate's error, so it is never timed.
+
+Pre-packed weights: a program whose weights MetaSchedule's RewriteLayout packed takes them in
+the packed layout (the whole-model compile folds the packing into the constants). Its artifact
+holds two functions: the timed one (packing removed, packed-layout arguments) and `CHECK_FUNC`,
+the same program with its packing blocks, which takes the reference inputs as they are; the
+check runs that one, so the packing and the compute are both checked.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import os
 
 REF_NAME = "tlm_ref.npz"
+CHECK_FUNC = "tlm_check"
 
 
 # ---------------------------------------------------------------- worker-side functions
@@ -22,8 +29,27 @@ def build_in_worker(mod, target, _params):
     from tvm.driver import build as tvm_build
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
-    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    return tvm_build(mod, target=target)
+    timed = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    if _arg_shapes(timed) != _arg_shapes(mod):  # packed weights: keep the packing for the check
+        import tvm
+
+        check = mod["main"].with_attr("global_symbol", CHECK_FUNC)
+        timed = tvm.IRModule({"main": timed["main"], CHECK_FUNC: check})
+    return tvm_build(timed, target=target)
+
+
+def _arg_shapes(mod) -> list:
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    return [a.as_json() for a in ArgInfo.from_prim_func(mod["main"])]
+
+
+def _function(rt_mod, name: str):
+    """The module's function `name`, or None (an RPC module may not answer implements_function)."""
+    try:
+        return rt_mod.get_function(name)
+    except Exception:
+        return None
 
 
 def make_inputs(args_info: list, seed: int = 0) -> list:
@@ -68,20 +94,31 @@ def _check_and_time(rt_mod, device, cfg, args_info, ref_path, tol) -> list[float
     import numpy as np
     import tvm
 
+    def tensors(arrays):
+        out = []
+        for arr in arrays:
+            t = tvm.runtime.empty(arr.shape, str(arr.dtype), device)
+            t.copyfrom(arr)
+            out.append(t)
+        return out
+
     ref = np.load(ref_path) if ref_path and os.path.exists(ref_path) else None
-    arrays = [ref[f"in{i}"] for i in range(len(args_info))] if ref is not None else make_inputs(args_info)
-    args = []
-    for arr in arrays:
-        t = tvm.runtime.empty(arr.shape, str(arr.dtype), device)
-        t.copyfrom(arr)
-        args.append(t)
+    n = len(args_info)
     if ref is not None:
-        rt_mod.get_function(rt_mod.entry_name)(*args)
+        check = _function(rt_mod, CHECK_FUNC) or rt_mod.get_function(rt_mod.entry_name)
+        got = tensors([ref[f"in{i}"] for i in range(n)])
+        check(*got)
         device.sync()
-        for i, t in enumerate(args):
+        for i, t in enumerate(got):
             reason = compare(t.numpy(), ref[f"out{i}"], *tol)
             if reason:
                 raise RuntimeError(f"WrongResult: buffer {i}: {reason}")
+    # Timed on the reference inputs where the shapes agree; packed weights get inputs of their own
+    # shape (values do not change the time of these programs).
+    fresh = make_inputs(args_info)
+    arrays = [ref[f"in{i}"] if ref is not None and ref[f"in{i}"].shape == fresh[i].shape else fresh[i]
+              for i in range(n)]
+    args = tensors(arrays)
     evaluator = rt_mod.time_evaluator(
         func_name=rt_mod.entry_name,
         dev=device,
