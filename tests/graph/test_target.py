@@ -43,3 +43,15 @@ def test_bad_targets_raise_one_line_errors(spec):
     with pytest.raises(TlmError) as info:
         resolve_target(spec)
     assert "\n" not in str(info.value)
+
+
+def test_arch_and_features_come_from_the_target_dict():
+    """LLVM's CPU tables, not this machine: the same dict gives the same facts anywhere."""
+    icx = resolve_target('{"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2}')
+    assert icx.arch == "x86_64" and icx.isa == "avx512"
+    assert {"avx2", "fma", "avx512f", "avx512vnni"} <= set(icx.features) and "amx-tile" not in icx.features
+    assert resolve_target({"kind": "llvm", "mcpu": "haswell"}).features == ("avx", "avx2", "fma", "f16c")
+    arm = resolve_target({"kind": "llvm", "mtriple": "aarch64-unknown-linux-gnu", "mcpu": "neoverse-n1"})
+    assert arm.arch == "aarch64" and "neon" in arm.features and "avx2" not in arm.features
+    assert resolve_target("a100").arch == "" and resolve_target("a100").features == ()
+    assert icx.to_json()["features"] == list(icx.features)

@@ -147,20 +147,85 @@ def test_top_k_and_temperature(gen, tasks):
     assert len(gen.generate(task, 3, temperature=2.0, seed=1)) == 3
 
 
-def test_vocabulary_gap_is_a_clean_error(gen, host):
-    task = w.matmul(7, 11, 13)  # factors 7, 11, 13 are numerals; a new prompt word is not needed
-    out = gen.generate(task, 1)
-    assert len(out) == 1 and out[0].error is None
-    # Unknown prompt/context words read as <unk>; choices with unknown words are left out.
-    partial = gen.generate(w.matmul(2048, 16, 16), 2)
-    assert len(partial) == 2 and all(2048 not in d for g in partial for d in g.decisions[:1])
-    big = w.matmul(1031, 16, 16)  # a prime extent above the numerals: no tile choice is representable
-    res = gen.one(big)
-    assert res.error and "vocabulary" in res.error
-    with pytest.raises(TlmError):
-        from tlm.model.generate import Generator
+def _lm(words, meta=None):
+    """An untrained tiny model over build_tokenizer(words), in memory (no files)."""
+    from pathlib import Path
 
+    from tlm.model.lm import LoadedModel, Vocab, build_tokenizer, new_model
+
+    vocab = Vocab(build_tokenizer(words))
+    return LoadedModel(new_model("tiny", len(vocab), seed=2).eval(), vocab, meta or {}, Path("in-memory"))
+
+
+def test_every_extent_is_sayable(gen, host):
+    """Extents no training task had (2048, the prime 1031) are generated like any other."""
+    from tlm.space.language import parse
+
+    for task in (w.matmul(7, 11, 13), w.matmul(2048, 16, 16), w.matmul(1031, 16, 16)):
+        out = gen.generate(task, 2, seed=1)
+        assert len(out) == 2 and all(g.error is None for g in out)
+        assert all(parse(g.sentence, task, host).ok for g in out)
+    assert " n4 1 0 3 1 " in out[0].sentence  # 1031 in the prompt and the tile contexts
+
+
+def test_vocabulary_gap_is_a_clean_error(host):
+    """A tokenizer that lacks number words (hand-made: build_tokenizer never makes one) leaves
+    out the choices it cannot say, and a decision with none left is a one-line error."""
+    from tlm.model.generate import Generator
+    from tlm.model.lm import LoadedModel, Vocab
+
+    lm = _lm({"x"})
+    tok = lm.vocab.tokenizer
+    vocab = tok.get_vocab()
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    kept = [w for w in sorted(vocab, key=vocab.get) if not w.startswith("n") or not w[1:].isdigit()]
+    small = Tokenizer(WordLevel({w: i for i, w in enumerate(kept)}, unk_token="<unk>"))
+    res = Generator(LoadedModel(lm.model, Vocab(small), {}, lm.path), host).one(w.matmul(1031, 16, 16))
+    assert res.error and "vocabulary" in res.error and "\n" not in res.error
+    with pytest.raises(TlmError):
         Generator.from_dir("/nonexistent-model-dir", host)
+
+
+@pytest.mark.tvm
+@pytest.mark.parametrize("task", [w.matmul(1, 1031, 64), w.dense_bias(1, 64, 1031)], ids=["matmul", "dense"])
+def test_prime_extent_every_choice_is_reachable(task, host):
+    """Issue 14 point 2: a task with the prime extent 1031; at every decision of random walks of
+    every design space, every enumerated choice encodes, decodes, and is a leaf of the
+    generator's trie under a tokenizer built from unrelated words; then the constrained
+    generator (an untrained model over that tokenizer) writes valid programs of it."""
+    import random
+
+    from tlm.model.generate import Generator, choice_trie
+    from tlm.model.lm import Vocab, build_tokenizer
+    from tlm.space.design import task_space, walk
+    from tlm.space.language import choice_from_tokens, parse, value_tokens
+
+    vocab = Vocab(build_tokenizer({"unrelated", "words"}))
+    space, rng, big = task_space(task, host), random.Random(0), []
+
+    def leaves(node, path):
+        for key, sub in node.items():
+            yield from [(path, sub)] if key is None else leaves(sub, path + [key])
+
+    def policy(point, idx):
+        choices = point.choices
+        found = list(leaves(choice_trie(point, vocab), []))
+        assert sorted(map(str, (c for _, c in found))) == sorted(map(str, choices)), point
+        for ids, choice in found:
+            assert vocab.unk not in ids and choice_from_tokens(point, vocab.decode(ids)) == choice
+            assert vocab.decode(ids) == value_tokens(point, choice)
+        if point.kind == "tile" and point.context["extent"] == 1031:
+            big.append(point)
+        return idx if point.kind == "space" else choices[rng.randrange(len(choices))]
+
+    for idx in range(len(space)):
+        for _ in range(3):
+            walk(space, lambda p, idx=idx: policy(p, idx), postproc=False)
+    assert big  # the prime extent was tiled
+    out = Generator(_lm({"unrelated", "words"}), host).generate(task, 3, seed=0)
+    assert len(out) == 3 and all(parse(g.sentence, task, host).ok for g in out)
 
 
 def test_cli_generate_and_pretrain(model_dir, tasks, host, tmp_path, monkeypatch):

@@ -50,19 +50,124 @@ def test_budget_zero_parses_for_tlm_only():
         tune([], "random", "0")
 
 
-def test_default_model_dir(tmp_path, monkeypatch, host):
+def _fake_target(isa, arch="x86_64", kind="llvm"):
+    from tlm.graph.target import TargetInfo
+
+    return TargetInfo({"kind": kind, "mtriple": f"{arch}-unknown-linux-gnu", "mcpu": f"cpu-{isa}"}, kind,
+                      f"cpu-{isa}", 2, 256, isa)
+
+
+def _shipped(root, name, *targets, version=None):
+    """A fake model directory: only its tlm.json (selection never loads the weights)."""
+    from tlm.model.lm import model_targets
+    from tlm.space.language import SENTENCE_VERSION
+    from tlm.space.sampling import target_id
+
+    path = root / "pretrained" / name
+    path.mkdir(parents=True)
+    entries = [{"kind": t.kind, "arch": t.arch, "isa": t.isa, "cpu": t.cpu, "target_id": target_id(t),
+                "target": t.config} for t in targets]
+    meta = {"targets": entries, "sentence_version": version or SENTENCE_VERSION}
+    assert model_targets(meta) == entries
+    (path / "tlm.json").write_text(json.dumps(meta))
+    return path
+
+
+def test_default_model_dir_exact_first(tmp_path, monkeypatch, host):
     import tlm.model.lm as tt
 
     monkeypatch.setattr(tt, "repo_root", lambda: tmp_path)
     base = tmp_path / "pretrained" / f"tlm-base-{host.kind}-{host.isa}"
     ft = tmp_path / "pretrained" / f"tlm-ft-{host.kind}-{host.isa}"
-    with pytest.raises(TlmError, match=f"tlm-ft-{host.kind}-{host.isa}") as err:
+    with pytest.raises(TlmError, match=f"no TLM model for {host.kind}/{host.isa}") as err:
         tt.default_model_dir(host)
-    assert f"tlm-base-{host.kind}-{host.isa}" in str(err.value) and "\n" not in str(err.value)
+    assert "\n" not in str(err.value)
     base.mkdir(parents=True)
     assert tt.default_model_dir(host) == base
     ft.mkdir()
     assert tt.default_model_dir(host) == ft
+
+
+def test_default_model_dir_nearest_model_with_a_note(tmp_path, monkeypatch, capsys):
+    """No model for the ISA: the nearest of the kind (several targets of the same arch, then the
+    same arch, then several targets, then any), with one note on stderr; never an error."""
+    import tlm.model.lm as tt
+
+    monkeypatch.setattr(tt, "repo_root", lambda: tmp_path)
+    avx2, avx512, sse4 = _fake_target("avx2"), _fake_target("avx512"), _fake_target("sse4")
+    neon = _fake_target("neon", "aarch64")
+    arm = _shipped(tmp_path, "tlm-ft-llvm-neon", neon)
+    assert tt.default_model_dir(avx2) == arm  # any llvm model rather than an error
+    note = capsys.readouterr().err
+    assert note.startswith("tlm: note: no model for llvm/avx2; using pretrained/tlm-ft-llvm-neon (trained for llvm/neon")
+    assert note.count("\n") == 1
+    one = _shipped(tmp_path, "tlm-ft-llvm-avx512", avx512)
+    assert tt.default_model_dir(avx2) == one  # same arch
+    both = _shipped(tmp_path, "tlm-base-llvm-x86_64", avx512, sse4)
+    assert tt.default_model_dir(avx2) == both  # several targets of the same arch
+    assert tt.default_model_dir(sse4) == both and tt.default_model_dir(avx512) == one  # exact: no note
+    capsys.readouterr()
+    tt.default_model_dir(avx512)
+    assert capsys.readouterr().err == ""
+    exact = _shipped(tmp_path, "tlm-base-llvm-avx2", avx2, version=1)  # an older sentence version
+    assert tt.default_model_dir(avx2) == both
+    exact_ft = _shipped(tmp_path, "tlm-ft-llvm-avx2", avx2)
+    assert tt.default_model_dir(avx2) == exact_ft and exact.is_dir()
+    with pytest.raises(TlmError, match="no TLM model for cuda/cuda"):
+        tt.default_model_dir(_fake_target("cuda", kind="cuda"))
+
+
+def test_model_targets_and_the_other_target_warning(tmp_path, host):
+    """tlm.json `targets` (or an old single `target`) decides whether Generator warns."""
+    import warnings
+
+    from tlm.graph.target import resolve_target
+    from tlm.model.generate import Generator
+    from tlm.model.lm import LoadedModel, model_targets, serves
+    from tlm.space.sampling import target_id
+
+    icx = resolve_target({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2})
+    skx = resolve_target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 8})
+    zen = resolve_target({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
+    old = {"target": icx.config, "target_id": target_id(icx)}  # a version-1 meta
+    assert [(t["isa"], t["arch"], t["cpu"]) for t in model_targets(old)] == [("avx512", "x86_64", "icelake-server")]
+    assert serves(old, skx) and not serves(old, zen)  # same ISA class serves; avx2 does not
+    multi = {"targets": model_targets(old) + model_targets({"target": zen.config})}
+    assert serves(multi, zen) and serves(multi, skx)
+
+    def warned(meta, target):
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            Generator(LoadedModel(None, None, meta, tmp_path), target)
+        return [str(x.message) for x in got if "trained for another target" in str(x.message)]
+
+    assert warned(old, zen) and not warned(old, skx) and not warned(multi, zen) and not warned({}, zen)
+
+
+def test_old_sentence_version_is_refused_in_one_line(tmp_path, matmul32, host):
+    """A model of sentence version 1 (e.g. the models shipped before the number encoding)."""
+    from tlm.model.lm import load_model, save_model
+    from tlm.space.language import SENTENCE_VERSION
+
+    out = tmp_path / "m"
+    save_model(_tiny_untrained(), _tiny_tokenizer(), out, {"preset": "tiny"})
+    meta = json.loads((out / "tlm.json").read_text())
+    (out / "tlm.json").write_text(json.dumps(dict(meta, sentence_version=SENTENCE_VERSION - 1)))
+    with pytest.raises(TlmError, match="sentence version 1.*retrain") as err:
+        load_model(out)
+    assert "\n" not in str(err.value)
+
+
+def _tiny_tokenizer():
+    from tlm.model.lm import build_tokenizer
+
+    return build_tokenizer({"x"})
+
+
+def _tiny_untrained():
+    from tlm.model.lm import new_model
+
+    return new_model("tiny", _tiny_tokenizer().get_vocab_size())
 
 
 def test_missing_default_model_is_a_clean_error(tmp_path, monkeypatch, capsys, host, matmul32):
@@ -230,3 +335,67 @@ def test_cli_tune_tlm_json(tmp_path, monkeypatch, capsys, host, tasks, model_dir
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["measurements"] == 0 and [t["status"] for t in out["tasks"]] == ["greedy", "greedy"]
+
+
+def _gap_generator(target):
+    """A real Generator whose hand-made tokenizer lacks the length words of multi-word numbers
+    (build_tokenizer never makes such a tokenizer): it can propose nothing for a task with an
+    extent above the one-word numbers. The model is tiny and untrained; nothing is mocked."""
+    from pathlib import Path
+
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    from tlm.model.generate import Generator
+    from tlm.model.lm import LoadedModel, Vocab, build_tokenizer, new_model
+
+    full = build_tokenizer({"x"}).get_vocab()
+    kept = [wd for wd in sorted(full, key=full.get) if not (wd.startswith("n") and wd[1:].isdigit())]
+    vocab = Vocab(Tokenizer(WordLevel({wd: i for i, wd in enumerate(kept)}, unk_token="<unk>")))
+    return Generator(LoadedModel(new_model("tiny", len(vocab)).eval(), vocab, {}, Path("gap")), target)
+
+
+@pytest.mark.tvm
+def test_budget_zero_falls_back_to_a_random_program(tmp_path, capsys, host):
+    """Issue 14 point 3: the model proposes no valid program of a task (every try fails), so the
+    task gets a random valid program of its design space instead of TVM's naive default, with a
+    one-line warning and `fallback` in its summary row; the other task keeps the model's."""
+    from tlm.measure.database import GREEDY, open_db
+    from tlm.search.tlm_tuner import TlmTuner
+    from tlm.space.language import parse
+
+    odd, fine = w.matmul(1031, 16, 16), w.matmul(16)
+    gen = _gap_generator(host)
+    for _ in range(2):  # the second run resumes: nothing new stored
+        with open_db(str(tmp_path / "db")) as db:
+            rows = TlmTuner([odd, fine], db, host, _config(budget="0", tuner="tlm"), progress=False, generator=gen).run()
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if "tlm: warning" in ln]
+    assert len(lines) == 2 and odd.name in lines[0] and "random programs" in lines[0] and "vocabulary" in lines[0]
+    assert [r["status"] for r in rows] == ["greedy", "greedy"]
+    assert [r["fallback"] for r in rows] == ["random", None]
+    with open_db(str(tmp_path / "db")) as db:
+        recs = db.records(odd.hash, host.key, GREEDY)
+        assert len(recs) == 1 and parse(recs[0].sentence, odd, host).ok  # a valid program, not the default
+        assert db.compile_record(odd.hash, host.key) is not None
+
+
+@pytest.mark.tvm
+def test_budget_falls_back_to_random_programs(tmp_path, capsys, host):
+    """With a budget: the model (a stub that never proposes anything; the measurer is a stub
+    with fixed latencies) fails, so the task's measurements go to distinct random valid programs
+    with proposer tlm and their sentences, and the summary row says `fallback: random`."""
+    from tlm.measure.database import open_db
+    from tlm.search.tlm_tuner import PROPOSER, TlmTuner
+    from tlm.space.language import parse
+
+    task = w.matmul(16)
+    stub = _Stub({task.hash: []}, {task.hash: 10.0})
+    with open_db(str(tmp_path / "db")) as db:
+        tuner = TlmTuner([task], db, host, _config(budget="5", tuner="tlm"), progress=False, generator=stub)
+        tuner.measurer = stub
+        rows = tuner.run()
+        recs = db.records(task.hash, host.key, PROPOSER)
+    assert "tlm: warning: the model proposed no valid program" in capsys.readouterr().err
+    assert rows[0]["measured"] == 5 and rows[0]["fallback"] == "random" and rows[0]["status"] == "tuned"
+    assert len({r.sentence for r in recs}) == 5 and all(parse(r.sentence, task, host).ok for r in recs)

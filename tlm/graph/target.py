@@ -33,6 +33,15 @@ class TargetInfo:
     cores: int
     vector_bits: int  # widest SIMD register for LLVM; 0 for GPUs
     isa: str  # e.g. "avx512", "avx2", "sse4", "neon", or "cuda"
+    features: tuple[str, ...] = ()  # the flags of FEATURES this CPU has (LLVM's table for the mcpu)
+
+    @property
+    def arch(self) -> str:
+        """The CPU architecture of the target triple (x86_64, aarch64, ...); "" for GPUs."""
+        if self.kind != "llvm":
+            return ""
+        arch = str(self.config.get("mtriple", "")).split("-")[0]
+        return {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch) or "unknown"
 
     def tvm(self):
         import tvm
@@ -47,6 +56,8 @@ class TargetInfo:
             "cores": self.cores,
             "vector_bits": self.vector_bits,
             "isa": self.isa,
+            "arch": self.arch,
+            "features": list(self.features),
         }
 
     @property
@@ -70,6 +81,27 @@ def _cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - non-Linux
         return os.cpu_count() or 1
+
+
+# Feature flags worth a prompt word: what changes the code LLVM emits for tensor programs (vector
+# width, FMA, int8/bf16 dot products, matrix units). A short fixed list, so an unseen CPU of a
+# known family shares its words with a seen one.
+FEATURES = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512vnni", "avxvnni",
+            "avx512bf16", "avx512fp16", "amx-tile", "neon", "dotprod", "i8mm", "fullfp16", "bf16", "sve", "sve2")
+
+
+def _llvm_features(target) -> tuple[str, ...]:
+    """The FEATURES the target's CPU has, from LLVM's CPU tables (the same on any machine)."""
+    from tvm.target import codegen
+
+    out = []
+    for flag in FEATURES:
+        try:
+            if codegen.llvm_cpu_has_features([flag], target):
+                out.append(flag)
+        except Exception:  # a flag of another architecture
+            continue
+    return tuple(out)
 
 
 def _llvm_isa(target) -> tuple[int, str]:
@@ -160,7 +192,8 @@ def resolve_target(spec: str | dict[str, Any] | TargetInfo | None) -> TargetInfo
         config.setdefault("mtriple", _host_triple())
         target = tvm.target.Target(config)
         bits, isa = _llvm_isa(target)
-        return TargetInfo(config, "llvm", mcpu or "generic", int(config["num-cores"]), bits, isa)
+        return TargetInfo(config, "llvm", mcpu or "generic", int(config["num-cores"]), bits, isa,
+                          _llvm_features(target))
     if kind == "cuda":
         return TargetInfo(config, "cuda", str(config.get("arch", "sm_?")), 0, 0, "cuda")
     raise TlmError(f"bad target: kind {kind!r} is not supported (use llvm or cuda)")

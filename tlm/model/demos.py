@@ -23,10 +23,6 @@ from tlm.errors import TlmError
 from tlm.graph.target import resolve_target
 from tlm.model.lm import N_POSITIONS, pad_batch
 
-# Words that start a decision, and how many context words follow them before the value.
-_CONTEXT_WORDS = {"space": 1, "tile": 3, "cat": 1, "loc": 1}
-
-
 @dataclass
 class Demo:
     """One demonstration: a sentence and where its prompt ends (words)."""
@@ -168,27 +164,11 @@ def as_demos(demos, target) -> list[Demo]:
 # ---------------------------------------------------------------- tokens and masks
 
 def value_mask(words: list[str], prompt_len: int) -> list[bool]:
-    """Which words of a sentence are decision values (what the generator samples).
+    """Which words of a sentence are decision values (what the generator samples):
+    `tlm.space.language.value_mask`, which knows the number encoding."""
+    from tlm.space.language import value_mask as mask
 
-    The grammar after the prompt is (context value)*: `space N` I, `tile B A E` F1..Fn,
-    `cat USE` V, `loc B` L. Values are numbers, `#k`, `inline` or `root`, never a word that
-    starts a decision, so a tile's factors run to the next such word.
-    """
-    mask = [False] * len(words)
-    i = prompt_len
-    while i < len(words):
-        word = words[i]
-        if word not in _CONTEXT_WORDS:
-            raise TlmError(f"word {i} ({word!r}) of the sentence starts no decision")
-        i += 1 + _CONTEXT_WORDS[word]
-        if i >= len(words) or words[i] in _CONTEXT_WORDS:
-            raise TlmError(f"decision {word!r} at word {i} has no value")
-        mask[i] = True
-        i += 1
-        while word == "tile" and i < len(words) and words[i] not in _CONTEXT_WORDS:
-            mask[i] = True
-            i += 1
-    return mask
+    return mask(words, prompt_len)
 
 
 def encode_demo(vocab, demo: Demo, loss: str) -> tuple[list[int], list[int]]:

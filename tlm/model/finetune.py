@@ -153,6 +153,11 @@ def finetune(base_dir: str | Path, demos, out_dir: str | Path, config: FinetuneC
     shutil.rmtree(tmp, ignore_errors=True)
     meta = {k: v for k, v in lm.meta.items() if k != "sentence_version"}
     meta.update(finetuned_from=str(base_dir), demonstrations=len(demos), loss=cfg.loss)
+    if target is not None:  # demonstrations of another target: the model now serves it too
+        from tlm.model.lm import model_targets, target_summary
+
+        known, new = model_targets(lm.meta), target_summary(target)
+        meta["targets"] = known + [new] * all(t.get("target_id") != new["target_id"] for t in known)
     save_model(model, lm.vocab.tokenizer, tmp, meta)
     report = {"config": asdict(cfg), "base": str(base_dir), "demonstrations": len(demos),
               "tasks": len({d.task_hash for d in demos}), "trainable_tokens": trainable,

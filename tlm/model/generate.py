@@ -17,7 +17,6 @@ do not depend on the batch size. Log-probabilities are those of the constrained 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
 import threading
@@ -47,14 +46,24 @@ class Generated:
 
 
 def choice_trie(point, vocab) -> dict:
-    """{token id: subtrie}; a leaf holds {None: choice}. Choices with an unknown word are left out."""
+    """{token id: subtrie}; a leaf holds {None: choice}. Choices with an unknown word are left out.
+    The language never gives one choice words that begin another's (a prefix-free number code);
+    if it did, decoding would stop early, so that is an error here rather than a wrong choice."""
     from tlm.space.language import value_tokens
 
     root: dict = {}
     for choice in point.choices:
         ids = [vocab.id(w) for w in value_tokens(point, choice)]
-        if None not in ids:
-            functools.reduce(lambda node, i: node.setdefault(i, {}), ids, root)[None] = choice
+        if None in ids:
+            continue
+        node = root
+        for i in ids:
+            if None in node:
+                break
+            node = node.setdefault(i, {})
+        if node or None in node:
+            raise TlmError(f"ambiguous value words at {point.kind} {point.context}: {value_tokens(point, choice)}")
+        node[None] = choice
     return root
 
 
@@ -227,11 +236,13 @@ class Generator:
 
     def __init__(self, lm, target=None):
         from tlm.graph.target import host_target
-        from tlm.space.sampling import target_id
+        from tlm.model.lm import model_targets, serves
 
         self.lm, self.target = lm, target or host_target()
         self.forward_calls = 0  # model passes so far (generation and scoring)
-        if lm.meta.get("target_id") not in (None, target_id(self.target)):
+        # Silent when tlm.json lists this target or one of its kind, arch and ISA (a model
+        # trained on several CPUs serves each of their classes).
+        if model_targets(lm.meta) and not serves(lm.meta, self.target):
             warnings.warn(f"model {lm.path} was trained for another target than {self.target.key}", stacklevel=2)
 
     @classmethod

@@ -10,8 +10,8 @@ Pretraining (`tlm.model.pretrain`) also writes `train.json` and `checkpoint/` th
 from __future__ import annotations
 
 import json
-import math
 import os
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,25 +31,16 @@ PRESETS: dict[str, dict[str, Any]] = {
     "paper": {"n_layer": 12, "n_head": 12, "n_embd": 768, "lr": 2e-4, "batch_size": 16, "steps": 50000},
 }
 N_POSITIONS = 1024
-_NUMERALS = 1025  # 0..1024: loop extents, tile factors, unroll steps, loop indices
 
 
 # ---------------------------------------------------------------- tokenizer
 
-def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
-    return small + [n // d for d in reversed(small) if d * d != n]
-
-
 def sentence_words(sentences: Iterable[str]) -> set[str]:
-    """The words of sentences plus every divisor of every tiled loop extent they name."""
+    """The words of sentences. Every other number a task may need (e.g. the divisors of a tiled
+    extent: other tile factors) is written with `closed_words`, which every tokenizer has."""
     words: set[str] = set()
     for s in sentences:
-        ws = s.split()
-        words.update(ws)
-        for i, w in enumerate(ws):
-            if w == "tile" and i + 3 < len(ws) and ws[i + 3].isdigit():
-                words.update(str(d) for d in _divisors(int(ws[i + 3])))
+        words.update(s.split())
     return words
 
 
@@ -83,12 +74,15 @@ def space_words(tasks, target, walks: int = 4, seed: int = 0) -> set[str]:
 
 
 def build_tokenizer(words: Iterable[str]):
-    """A word-level tokenizer over special tokens, numerals 0..1024 and `words` (sorted)."""
+    """A word-level tokenizer over special tokens, every number and value word of the tensor
+    language (`closed_words`: any integer is sayable) and `words` (sorted)."""
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
     from tokenizers.pre_tokenizers import WhitespaceSplit
 
-    rest = set(words) | {str(i) for i in range(_NUMERALS)}
+    from tlm.space.language import closed_words
+
+    rest = set(words) | closed_words()
     rest -= set(SPECIALS)
     ordered = list(SPECIALS) + sorted(rest, key=lambda w: (not w.isdigit(), int(w) if w.isdigit() else 0, w))
     tok = Tokenizer(WordLevel({w: i for i, w in enumerate(ordered)}, unk_token=UNK))
@@ -148,6 +142,8 @@ def save_model(model, tokenizer, out: str | Path, meta: dict[str, Any]) -> None:
     from tlm.space.language import SENTENCE_VERSION
 
     out = Path(out)
+    if "targets" not in meta and isinstance(meta.get("target"), dict):
+        meta = dict(meta, targets=model_targets(meta))
     out.mkdir(parents=True, exist_ok=True)
     (out / "tlm.json").unlink(missing_ok=True)
     model.save_pretrained(out, safe_serialization=True)
@@ -236,16 +232,88 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-def default_model_dir(target) -> Path:
-    """The shipped model for a target: `pretrained/tlm-ft-KIND-ISA` (fine-tuned) if present,
-    else `pretrained/tlm-base-KIND-ISA`; a TlmError naming the missing directories otherwise."""
+def target_summary(target) -> dict[str, Any]:
+    """One entry of tlm.json's `targets`: what model selection and the other-target warning
+    compare (kind, arch, ISA), the CPU, the target id and the full config."""
     from tlm.graph.target import resolve_target
+    from tlm.space.sampling import target_id
+
+    info = resolve_target(target)
+    return {"kind": info.kind, "arch": info.arch, "isa": info.isa, "cpu": info.cpu,
+            "target_id": target_id(info), "target": info.config}
+
+
+def model_targets(meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """The targets a model was trained for: tlm.json's `targets` list, or for an older model its
+    single `target` (resolved here; kept as it is if this machine's LLVM cannot resolve it)."""
+    if isinstance(meta.get("targets"), list):
+        return [t for t in meta["targets"] if isinstance(t, dict)]
+    cfg = meta.get("target")
+    if not isinstance(cfg, dict):
+        return []
+    try:
+        out = target_summary(cfg)
+    except TlmError:
+        out = {"kind": cfg.get("kind"), "cpu": cfg.get("mcpu"), "target": cfg}
+    return [dict(out, target_id=meta.get("target_id") or out.get("target_id"))]
+
+
+def serves(meta: dict[str, Any], target) -> bool:
+    """Whether a model was trained for this target, or for one of the same kind, arch and ISA."""
+    from tlm.space.sampling import target_id
+
+    tid = target_id(target)
+    return any(t.get("target_id") == tid or (t.get("kind"), t.get("arch"), t.get("isa"))
+               == (target.kind, target.arch, target.isa) for t in model_targets(meta))
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads((path / "tlm.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+_NOTED: set[tuple[str, str]] = set()  # notes already printed (a command resolves the default model twice)
+
+
+def default_model_dir(target) -> Path:
+    """The shipped model for a target, from `pretrained/tlm-{ft,base}-KIND-*`.
+
+    Exact first: `tlm-ft-KIND-ISA`, `tlm-base-KIND-ISA` or a model whose tlm.json lists the
+    target's kind, arch and ISA (fine-tuned before base, then the one named for the ISA). Else
+    the nearest model of the kind, with a one-line note on stderr: one trained for several
+    targets of the same arch, then any of the same arch, then one for several targets, then any
+    (fine-tuned before base). A model of the current sentence version beats an older one. A
+    TlmError only when no model of the kind exists.
+    """
+    from tlm.graph.target import resolve_target
+    from tlm.space.language import SENTENCE_VERSION
 
     info = resolve_target(target)
     root = repo_root() / "pretrained"
-    names = [f"tlm-ft-{info.kind}-{info.isa}", f"tlm-base-{info.kind}-{info.isa}"]
-    for name in names:
-        if (root / name).is_dir():
-            return root / name
-    raise TlmError(f"no TLM model for {info.kind}/{info.isa}: neither {root / names[0]} nor "
-                   f"{root / names[1]} exists (train one, or pass --model DIR)")
+    ranked = []
+    for path in sorted(root.glob(f"tlm-*-{info.kind}-*")) if root.is_dir() else []:
+        if not path.is_dir():
+            continue
+        meta, exact_name = _read_meta(path), path.name.split("-", 2)[2] == f"{info.kind}-{info.isa}"
+        trained = model_targets(meta)
+        exact = exact_name or serves(meta, info)
+        same_arch = any(t.get("arch") == info.arch for t in trained)
+        several = len({(t.get("arch"), t.get("isa")) for t in trained}) > 1
+        ft = path.name.startswith("tlm-ft-")
+        near = () if exact else (not (several and same_arch), not same_arch, not several)
+        key = (meta.get("sentence_version", SENTENCE_VERSION) != SENTENCE_VERSION, not exact, *near, not ft,
+               not exact_name, path.name)
+        ranked.append((key, path, trained))
+    if not ranked:
+        raise TlmError(f"no TLM model for {info.kind}/{info.isa}: {root} has no tlm-ft-{info.kind}-* or "
+                       f"tlm-base-{info.kind}-* model (train one, or pass --model DIR)")
+    key, path, trained = min(ranked, key=lambda r: r[0])
+    if key[1] and (info.key, str(path)) not in _NOTED:
+        _NOTED.add((info.key, str(path)))
+        what = ", ".join(sorted({f"{t.get('kind')}/{t.get('isa')} {t.get('cpu')}" for t in trained})) or "unknown targets"
+        print(f"tlm: note: no model for {info.kind}/{info.isa}; using {path.relative_to(repo_root())} "
+              f"(trained for {what})", file=sys.stderr)
+    return path

@@ -18,11 +18,19 @@ re-running the same command resumes.
 `--budget 0` measures nothing: each task gets the greedy program, stored as an unmeasured
 record with proposer "tlm-greedy" (no latency, so `Database.best()` ignores it); the database's
 `compile_record` gives it to `tlm compile` only for a task that has no measured record.
+
+No task is left on TVM's naive default: when the model proposes no valid program for a task
+(every try of a generation fails, e.g. a word it lacks), the tuner says so in a one-line
+`tlm: warning:` on stderr and proposes random valid programs of the task's design space instead
+(same proposer, budget and sentences; the database's meta `tlm-fallback/TARGET-ID/TASK` and the
+summary row's `fallback` field record it).
 """
 
 from __future__ import annotations
 
 import json
+import random
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +57,8 @@ class _State:
     traces: set[str] = field(default_factory=set)  # traces measured by any proposer
     exhausted: bool = False
     misses: int = 0
+    model_ok: bool = False  # the model has proposed a valid program of this task
+    fallback: bool = False  # the model proposed none: random programs of the design space instead
 
 
 class TlmTuner(Tuner):
@@ -94,12 +104,49 @@ class TlmTuner(Tuner):
         except TlmError:
             return None
 
+    # ------------------------------------------------------------------ the fallback
+    def _fallback_key(self, task: Task) -> str:
+        from tlm.space.sampling import target_id
+
+        return f"tlm-fallback/{target_id(self.target)}/{task.hash}"
+
+    def _fall_back(self, task: Task) -> None:
+        """Say out loud that the model proposed no valid program of a task (with the reason the
+        greedy try gives), and record it; its programs are random from here on."""
+        one = getattr(self.generator, "one", None)
+        try:
+            reason = (one(task, greedy=True).error if one else None) or "no valid program in its tries"
+        except Exception as err:  # noqa: BLE001 - the note must not fail the run
+            reason = (str(err).splitlines() or [type(err).__name__])[0]
+        print(f"tlm: warning: the model proposed no valid program for {task.name} ({reason}); "
+              f"tuning it with random programs of its design space", file=sys.stderr)
+        self.db.set_meta(self._fallback_key(task), {"programs": "random", "reason": reason})
+
+    def _random(self, task: Task, n: int, seed: int, seen: set[str]) -> list:
+        """Up to `n` random valid programs of a task (Programs, with sentences not in `seen`)."""
+        from tlm.space.design import random_policy, task_space, walk
+        from tlm.space.language import render
+
+        space = self._spaces.setdefault(task.hash, task_space(task, self.target))
+        policy, out = random_policy(random.Random(seed)), []
+        for _ in range(4 * n + 10):
+            if len(out) >= n:
+                break
+            prog = walk(space, policy)
+            sentence = render(prog, task, self.target) if prog.ok else None
+            if sentence and sentence not in seen:
+                seen.add(sentence)
+                out.append((prog, sentence))
+        return out
+
     # ------------------------------------------------------------------ proposals
     def _state(self, task: Task, share: int) -> _State:
         st = _State(task, share, self.done(task))
+        marked = bool(self.db.get_meta(self._fallback_key(task)))  # earlier programs may be random ones
         for r in self.db.records(task.hash, self.target.key):
             if r.proposer == GREEDY:
                 continue  # unmeasured: the greedy program is still worth measuring
+            st.model_ok = st.model_ok or (r.proposer == PROPOSER and bool(r.sentence) and not marked)
             if r.sentence:
                 st.seen.add(r.sentence)
             if r.trace_json is not None:
@@ -111,24 +158,33 @@ class TlmTuner(Tuner):
         if n <= 0 or st.exhausted:
             return []
         gen, task = self.generator, st.task
-        got = gen.generate(task, 1, greedy=True, seen=st.seen) if greedy else []
         seed = seeds(self.config.seed, task, rnd, 1)[0]
-        got += gen.generate(task, n - len(got), seen=st.seen | {g.sentence for g in got}, seed=seed) if n > len(got) else []
+        if st.fallback:
+            got = [(p.sch, s) for p, s in self._random(task, n, seed, st.seen)]
+        else:
+            got = gen.generate(task, 1, greedy=True, seen=st.seen) if greedy else []
+            got += gen.generate(task, n - len(got), seen=st.seen | {g.sentence for g in got}, seed=seed) if n > len(got) else []
+            if not got and not st.model_ok:  # not one valid program from the model: random ones
+                st.fallback = True
+                self._fall_back(task)
+                return self._propose(st, n, rnd, greedy)
+            st.model_ok = st.model_ok or bool(got)
         if not got:
             st.exhausted = True
             return []
         cands = []
         for g in got:
-            st.seen.add(g.sentence)
+            sentence = g[1] if st.fallback else g.sentence
+            st.seen.add(sentence)
             try:
-                sch = self._schedule(task, g)
+                sch = g[0] if st.fallback else self._schedule(task, g)
             except TlmError:
                 continue
             key = json.dumps(plain_json(sch.trace.as_json()))
             if key in st.traces:  # the same program measured by another proposer
                 continue
             st.traces.add(key)
-            cands.append(Candidate(task, schedule=sch, proposer=PROPOSER, round=rnd, sentence=g.sentence))
+            cands.append(Candidate(task, schedule=sch, proposer=PROPOSER, round=rnd, sentence=sentence))
         if cands:
             st.misses = 0
         else:
@@ -156,14 +212,26 @@ class TlmTuner(Tuner):
         """--budget 0: store each task's greedy program unmeasured (what compile applies)."""
         for task in self.tasks:
             got = self.greedy(task)
-            if got is None:
-                continue
-            g, sch = got
             latest = self.db.greedy_records(task.hash, self.target.key)
-            if latest and latest[0].sentence == g.sentence:
+            if got is None:
+                stored = latest and self.db.get_meta(self._fallback_key(task))
+                self._fall_back(task)  # said again when resumed: compile still runs a random program
+                if stored:
+                    continue  # resumed: the random program is stored
+                rand = self._random(task, 1, seeds(self.config.seed, task, 0, 1)[0], set())
+                if not rand:
+                    continue  # no valid program at all: compile names the task as untuned
+                prog, sentence = rand[0]
+                got = (sentence, prog.sch)
+            else:
+                got = (got[0].sentence, got[1])
+                if self.db.get_meta(self._fallback_key(task)):
+                    self.db.set_meta(self._fallback_key(task), None)  # this model proposes it again
+            sentence, sch = got
+            if latest and latest[0].sentence == sentence:
                 continue  # resumed: already stored
             self.db.add_record(task, self.target.key, plain_json(sch.trace.as_json()), [],
-                               proposer=GREEDY, round=0, sentence=g.sentence)
+                               proposer=GREEDY, round=0, sentence=sentence)
 
     def _run_budget(self) -> None:
         states = [self._state(t, b) for t, b in zip(self.tasks, self.budgets)]
@@ -224,12 +292,17 @@ class TlmTuner(Tuner):
 
 def summarize_tlm(tasks: list[Task], db, target) -> list[dict[str, Any]]:
     """`search.base.summarize` rows (measurements of proposer tlm) plus `status`: tuned (a measured
-    record exists), greedy (only the unmeasured greedy program) or untuned."""
+    record exists), greedy (only the unmeasured greedy program) or untuned; and `fallback`:
+    "random" when the model proposed no valid program of the task (random programs instead)."""
+    from tlm.space.sampling import target_id
+
     rows = summarize(tasks, db, target, PROPOSER)
     for t, row in zip(tasks, rows):
         row["rounds"] = db.last_round(t.hash, target.key, PROPOSER) + 1
         rec = db.compile_record(t.hash, target.key)
         row["status"] = "untuned" if rec is None else "greedy" if rec.proposer == GREEDY else "tuned"
+        mark = db.get_meta(f"tlm-fallback/{target_id(target)}/{t.hash}")
+        row["fallback"] = mark.get("programs") if isinstance(mark, dict) else None
     return rows
 
 

@@ -83,7 +83,7 @@ def register_cli(sub) -> None:
     p.add_argument("--budget", default="16g",
                    help="total measurements B, or Kg for K per task (tlm: 0 = greedy program only)")
     p.add_argument("--model", default=None,
-                   help="tlm: model directory (default: pretrained/tlm-ft-KIND-ISA, else tlm-base-KIND-ISA)")
+                   help="tlm: model directory (default: the shipped model for the target's ISA, else the nearest one)")
     p.add_argument("--db", required=True, help="record database directory")
     p.add_argument("--target", default=None, help="'host' (default), or a TVM target as JSON")
     p.add_argument("--batch-size", type=int, default=16, help="candidates measured per batch")
