@@ -30,6 +30,13 @@ def test_target_json(capsys):
     code, out, _ = run(capsys, "target", "--json")
     data = json.loads(out)
     assert code == 0 and data["target"]["kind"] == "llvm" and data["cores"] >= 1
+    assert data["arch"] and isinstance(data["features"], list)
+
+
+def test_target_prints_the_prompt_words(capsys):
+    code, out, _ = run(capsys, "target", "--target", '{"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2}')
+    assert code == 0 and out.splitlines()[-1] == ("prompt words: llvm x86_64 avx512 512 avx avx2 fma f16c avx512f "
+                                                  "avx512bw avx512vl avx512vnni cores 2 icelake-server")
 
 
 @pytest.mark.tvm

@@ -37,6 +37,9 @@ def _cmd_target(args: argparse.Namespace) -> int:
     else:
         print(json.dumps(info.config))
         print(f"cpu {info.cpu}, {info.cores} cores, {info.isa} ({info.vector_bits}-bit vectors)")
+        from tlm.space.language import hardware_tokens
+
+        print("prompt words: " + " ".join(hardware_tokens(info)))  # what a model sees of the target
     return 0
 
 

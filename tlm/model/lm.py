@@ -3,7 +3,9 @@
 A model directory holds (Hugging Face format, no pickles):
     config.json, model.safetensors   GPT2LMHeadModel (save_pretrained(safe_serialization=True))
     tokenizer.json (+ HF files)      word-level vocabulary over whitespace-split words
-    tlm.json                         sentence-format version, target config, preset
+    tlm.json                         sentence-format version, preset, target config (`target`,
+                                     `target_id`) and `targets`: every target it was trained for
+                                     (kind, arch, isa, cpu, target_id, target; `model_targets`)
 Pretraining (`tlm.model.pretrain`) also writes `train.json` and `checkpoint/` there.
 """
 
