@@ -107,6 +107,9 @@ def test_one_round_raises_demonstration_logprob(base_dir, tasks, host, tmp_path)
     lm = load_model(out)
     assert lm.meta["finetuned_from"] == str(base_dir) and lm.meta["demonstrations"] == 2
     assert lm.meta["loss"] == "decisions" and lm.meta["preset"] == "tiny" and lm.meta["step"] == 7
+    from tlm.space.sampling import target_id
+
+    assert [(t["target_id"], t["isa"]) for t in lm.meta["targets"]] == [(target_id(host), host.isa)]  # the base's
     assert json.loads((base_dir / "tokenizer.json").read_text()) == json.loads((out / "tokenizer.json").read_text())
     report = json.loads((out / "finetune.json").read_text())
     assert report["config"]["steps"] == 12 and report["config"]["loss"] == "decisions"
