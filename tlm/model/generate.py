@@ -46,9 +46,8 @@ class Generated:
 
 
 def choice_trie(point, vocab) -> dict:
-    """{token id: subtrie}; a leaf holds {None: choice}. Choices with an unknown word are left out.
-    The language never gives one choice words that begin another's (a prefix-free number code);
-    if it did, decoding would stop early, so that is an error here rather than a wrong choice."""
+    """{token id: subtrie}; a leaf holds {None: choice}. Choices with an unknown word are left out;
+    words of one choice that begin another's (never: a prefix-free code) are an error, not a wrong pick."""
     from tlm.space.language import value_tokens
 
     root: dict = {}
@@ -61,7 +60,7 @@ def choice_trie(point, vocab) -> dict:
             if None in node:
                 break
             node = node.setdefault(i, {})
-        if node or None in node:
+        if node:  # another choice ends here or continues these words
             raise TlmError(f"ambiguous value words at {point.kind} {point.context}: {value_tokens(point, choice)}")
         node[None] = choice
     return root
