@@ -169,3 +169,21 @@ def test_pretraining_lives_in_its_own_module():
     assert a.func is tlm.model.pretrain._cmd_pretrain and a.preset == "small"
     assert (a.batch_size, a.lr, a.source, a.seed, a.steps, a.target) == (8, 0.01, ["x", "y"], 3, 0, None)
     assert tlm.model.pretrain.PretrainConfig(preset="tiny").resolved().steps == tlm.model.lm.PRESETS["tiny"]["steps"]
+
+
+def test_pretrain_on_several_targets(tmp_path, data, task):
+    """Two sampling directories (host and an AVX-512 CPU): one model, both targets in tlm.json."""
+    from tlm.graph.target import resolve_target
+    from tlm.model.lm import load_model, serves
+    from tlm.model.pretrain import PretrainConfig, pretrain
+    from tlm.space.sampling import sample
+
+    other = resolve_target({"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2,
+                            "mtriple": "x86_64-unknown-linux-gnu"})
+    more = tmp_path / "avx512"
+    sample([task], other, 8, more, jobs=1, progress=False)
+    res = pretrain([data, more], tmp_path / "model", PretrainConfig(preset="tiny", steps=2), progress=False)
+    assert res["train"] + res["val"] > 48
+    meta = load_model(tmp_path / "model").meta
+    assert len(meta["targets"]) == 2 and serves(meta, other)
+    assert {t["isa"] for t in meta["targets"]} >= {"avx512"}

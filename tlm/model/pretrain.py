@@ -161,32 +161,55 @@ def optimizer_step(model, opt, loss, lr: float) -> float:
     return loss.item()
 
 
+def read_corpus(dirs: list[str | Path]) -> tuple[list[str], dict[str, Any]]:
+    """The sentences of sampling directories (one per target, say) and the tlm.json meta that
+    says what they were sampled for (`target`: the first, `targets`: all, tlm.model.lm)."""
+    from tlm.model.lm import model_targets
+    from tlm.space.sampling import read_shards
+
+    sentences: list[str] = []
+    meta: dict[str, Any] = {}
+    targets: list[dict[str, Any]] = []
+    for d in dirs:
+        try:
+            manifest = json.loads((Path(d) / "manifest.json").read_text())
+            sentences.extend(r["sentence"] for r in read_shards(d))
+        except (OSError, ValueError, KeyError) as err:
+            raise TlmError(f"unreadable sampling directory {d}: {err}") from None
+        meta.setdefault("target", manifest.get("target"))
+        meta.setdefault("target_id", manifest.get("target_id"))
+        for t in model_targets({"target": manifest.get("target"), "target_id": manifest.get("target_id")}):
+            if t.get("target_id") not in {u.get("target_id") for u in targets}:
+                targets.append(t)
+    return sentences, dict(meta, targets=targets)
+
+
+def _is_dirs(data) -> bool:
+    return isinstance(data, (str, Path)) or (bool(data) and all(Path(str(d)).is_dir() for d in data))
+
+
 def pretrain(data: str | Path | list[str], out: str | Path, config: PretrainConfig | None = None, *,
-             tasks=None, target=None, progress: bool = True) -> dict[str, Any]:
-    """Pretrain a model on sampled sentences (a sampling directory or a list of sentences).
+             tasks=None, target=None, progress: bool = True, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Pretrain a model on sampled sentences: a sampling directory, a list of them (several
+    targets: one model for all), or a list of sentences.
 
     Resumes from `out/checkpoint` when present (the saved train.json must agree). `tasks` add
-    the enumerated choices of their spaces to the vocabulary. Returns the final losses.
+    the enumerated choices of their spaces to the vocabulary; `meta` joins tlm.json (e.g. the
+    `targets` of sentences given as a list). Returns the final losses.
     """
     import torch
-
-    from tlm.space.sampling import read_shards
 
     cfg = (config or PretrainConfig()).resolved()
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise TlmError("--device cuda asked for but CUDA is not available")
     out = Path(out)
-    meta: dict[str, Any] = {"preset": cfg.preset}
-    if isinstance(data, (str, Path)):
-        try:
-            manifest = json.loads((Path(data) / "manifest.json").read_text())
-            sentences = [r["sentence"] for r in read_shards(data)]
-        except (OSError, ValueError, KeyError) as err:
-            raise TlmError(f"unreadable sampling directory {data}: {err}") from None
-        meta.update(target=manifest.get("target"), target_id=manifest.get("target_id"))
+    meta = {"preset": cfg.preset, **(meta or {})}
+    if _is_dirs(data):
+        sentences, sampled_for = read_corpus([data] if isinstance(data, (str, Path)) else list(data))
+        meta.update(sampled_for)
     else:
         sentences = list(data)
-    if target is not None:
+    if target is not None and not meta.get("target"):  # sampled data says what it was sampled for
         from tlm.space.sampling import target_id
 
         meta.update(target=target.config, target_id=target_id(target))
@@ -287,7 +310,8 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
 
 def register_cli(subparsers) -> None:
     p = subparsers.add_parser("pretrain", help="pretrain a tensor language model on sampled sentences")
-    p.add_argument("--data", required=True, help="sampling directory (tlm sample --out)")
+    p.add_argument("--data", required=True, nargs="+",
+                   help="sampling directories (tlm sample --out); several: one model for all their targets")
     p.add_argument("--preset", default="small", choices=list(PRESETS))
     p.add_argument("--out", required=True, help="model directory (re-running resumes)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
