@@ -161,6 +161,10 @@ def test_demonstrations_pick_the_best_and_convert_traces(tasks, host, tmp_path):
         # A trace that is no program of the task's spaces is skipped, not fatal.
         db.add_record(mm, host.key, [[["GetSBlock", [], ["C", "main"], ["b0"]]], []], [1e-7], proposer="import")
         assert demonstrations(db, [mm], host.key) == [(mm, render(progs[3], mm, host))]
+        # A sentence of an older version (another prompt) is said anew from its trace.
+        old = "matmul float32 16 16 llvm znver3 2 avx2 256 " + render(progs[4], mm, host).split(" space ", 1)[1]
+        db.add_record(mm, host.key, plain_json(progs[4].sch.trace.as_json()), [1e-8], proposer="tlm", sentence=old)
+        assert demonstrations(db, [mm], host.key) == [(mm, render(progs[4], mm, host))]
 
 
 def test_cli_finetune_needs_one_source(tmp_path):

@@ -82,8 +82,8 @@ def demo_records(db, tasks, target, per_task: int = 1) -> list[Demo]:
 
     `target` is a TargetInfo, a target key (the database's target column) or anything
     `resolve_target` takes. Records are taken in order of median latency; a record without a
-    sentence is converted from its trace (`trace_sentence`) and skipped if that fails; a
-    sentence whose prompt is not this task's on this target is skipped.
+    sentence, or with one of an older sentence version (its prompt is not this task's on this
+    target), is converted from its trace (`trace_sentence`) and skipped if that fails.
     """
     from tlm.space.language import prompt_tokens
 
@@ -104,6 +104,8 @@ def demo_records(db, tasks, target, per_task: int = 1) -> list[Demo]:
             if len(got) >= per_task:
                 break
             sentence = rec.sentence
+            if sentence and sentence.split()[: len(prompt)] != prompt:
+                sentence = None  # written for an older sentence version: the trace says it anew
             if not sentence and rec.trace_json is not None:
                 key = (db.path, rec.id, info.key)
                 if key not in _TRACE_CACHE:
