@@ -145,3 +145,28 @@ def test_only_matmul_weights_are_layout_free_and_names_are_kept(host):
     plain = extract_tasks(LinearConv().eval(), x, target=host, prepack=False)
     assert {t.name for t in plain} == set(free)
     assert all(t.mod["main"].attrs.get("layout_free_buffers") is None for t in plain)
+
+
+class ClipAfterReshape(torch.nn.Module):
+    """Hardswish (a clip) after a Linear on a 3-D input, as in MobileNet-V3's head."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 24)
+
+    def forward(self, x):
+        return torch.nn.functional.hardswish(self.fc(x)) + torch.clamp(self.fc(x), -1.0, 2.0)
+
+
+def test_clip_after_a_reshape_keeps_its_bounds(tmp_path, host):
+    from tlm.compiler.build import CompileConfig
+    from tlm.compiler.job import compile_model
+    from tlm.measure.database import open_db
+
+    torch.manual_seed(0)
+    model, inputs = ClipAfterReshape().eval(), (torch.randn(1, 8, 16) * 4,)
+    open_db(str(tmp_path / "db")).close()
+    with pytest.warns(UserWarning, match="untuned"):
+        compiled = compile_model(model, inputs, db=str(tmp_path / "db"), target=host,
+                                 config=CompileConfig(repeat=1, min_repeat_ms=1, compare=False))
+    assert compiled.matches, compiled.max_abs_diff

@@ -124,7 +124,8 @@ def sink_reshapes(mod):
                 y = inner[0]  # reshape(reshape(y)): one reshape, or y itself
                 return y if _shape(y) == _shape(call) else relax.op.reshape(y, call.args[1])
             if is_op(call, unary) and (r := self.reshaped(call.args[0])) is not None:
-                inner = self.builder_.emit(relax.Call(call.op, [r[0]], call.attrs, call.ty_args))
+                # the other arguments (clip's min and max) are scalars: they stay as they are
+                inner = self.builder_.emit(relax.Call(call.op, [r[0], *call.args[1:]], call.attrs, call.ty_args))
                 return relax.op.reshape(inner, r[1])
             if is_op(call, binary) and len(call.args) == 2:
                 a, b = call.args
