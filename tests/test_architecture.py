@@ -113,12 +113,14 @@ def test_modules_stay_small():
 
 
 def test_tests_mirror_the_stages():
-    """tests/<stage>/test_<module>.py: every test file in a stage folder is named after one of its modules."""
+    """tests/<stage>/test_<module>[_<topic>].py: every test file in a stage folder is named after one
+    of its modules (a topic suffix splits a module's tests)."""
     tests = Path(__file__).resolve().parent
     stray = []
     for path in sorted(tests.glob("*/test_*.py")):
-        stage, module = path.parent.name, path.stem[len("test_"):]
-        if f"tlm.{stage}.{module}" not in MODULES:
+        stage, name = path.parent.name, path.stem[len("test_"):]
+        parts = name.split("_")
+        if not any(f"tlm.{stage}.{'_'.join(parts[:i])}" in MODULES for i in range(1, len(parts) + 1)):
             stray.append(str(path.relative_to(tests)))
     assert not stray, f"test files that name no module of their stage: {stray}"
     assert {p.name for p in tests.iterdir() if p.is_dir() and list(p.glob("test_*.py"))} <= set(STAGES)

@@ -1,0 +1,97 @@
+"""Models in no zoo entry (issue 14): each compiles with the shipped TLM at budget 0 and, in the
+slow tests, at 4 measurements per task; every task gets a program of the model's (or the
+random fallback's), none runs TVM's default schedule, and the output matches PyTorch.
+
+Covered: an MLP only, attention with unusual widths, depthwise + pointwise convs, a transposed
+conv, a 3-D conv, and odd/prime dimensions (Linear(512, 1031), the issue's example)."""
+
+import warnings
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.tvm
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(200, 300), torch.nn.Linear(300, 10)
+
+    def forward(self, x):  # [4, 200] -> [4, 10]
+        return self.b(torch.nn.functional.gelu(self.a(x)))
+
+
+class OddAttention(torch.nn.Module):
+    """Self-attention with 6 heads of width 12 over 20 tokens (72 wide)."""
+
+    def __init__(self, d=72, heads=6):
+        super().__init__()
+        self.h, self.qkv, self.out = heads, torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+
+    def forward(self, x):  # [1, 20, 72]
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
+        att = torch.softmax(q @ k.transpose(-1, -2) / (d // self.h) ** 0.5, dim=-1)
+        return self.out((att @ v).transpose(1, 2).reshape(b, s, d))
+
+
+def _models():
+    torch.manual_seed(0)
+    seq = torch.nn.Sequential
+    return {
+        "mlp": (Mlp(), (4, 200)),
+        "odd_attention": (OddAttention(), (1, 20, 72)),
+        "depthwise": (seq(torch.nn.Conv2d(24, 24, 3, padding=1, groups=24), torch.nn.ReLU6(),
+                          torch.nn.Conv2d(24, 40, 1)), (1, 24, 28, 28)),
+        "conv_transpose": (seq(torch.nn.ConvTranspose2d(16, 8, 4, stride=2, padding=1), torch.nn.ReLU()), (1, 16, 14, 14)),
+        "conv3d": (seq(torch.nn.Conv3d(4, 8, 3, padding=1), torch.nn.ReLU()), (1, 4, 8, 16, 16)),
+        "prime_linear": (seq(torch.nn.Linear(512, 1031), torch.nn.ReLU()), (1, 64, 512)),
+    }
+
+
+MODELS = _models()
+
+
+def _shipped_model(host):
+    from tlm.errors import TlmError
+    from tlm.model.lm import default_model_dir, load_model
+
+    try:
+        path = default_model_dir(host)
+        load_model(path)
+    except TlmError as err:
+        pytest.skip(f"no usable shipped model for this host: {err}")
+    return str(path)
+
+
+def _compile(name, budget, host, tmp_path):
+    from tlm.compiler.build import CompileConfig
+    from tlm.compiler.job import compile_model
+    from tlm.measure.measurer import MeasureConfig
+    from tlm.search.base import TuneConfig
+
+    module, shape = MODELS[name]
+    x = (torch.randn(*shape),)
+    tune = TuneConfig(measure=MeasureConfig(repeat=2, min_repeat_ms=5, remeasure_top=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return compile_model(module.eval(), x, db=str(tmp_path / "db"), target=host, budget=budget,
+                             model=_shipped_model(host), tune_config=tune,
+                             config=CompileConfig(repeat=2, min_repeat_ms=5, compare=False))
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_budget_zero(name, host, tmp_path):
+    compiled = _compile(name, 0, host, tmp_path)
+    assert compiled.matches, (compiled.max_abs_diff, compiled.tolerance)
+    assert not compiled.untuned_tasks, compiled.untuned_tasks
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(MODELS))
+def test_four_per_task(name, host, tmp_path):
+    compiled = _compile(name, "4g", host, tmp_path)
+    assert compiled.matches, (compiled.max_abs_diff, compiled.tolerance)
+    assert not compiled.untuned_tasks, compiled.untuned_tasks
+    assert compiled.measurements > 0
