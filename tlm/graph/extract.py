@@ -56,7 +56,7 @@ def cache_dir() -> Path:
     return Path(root)
 
 
-def fuse(mod, target: TargetInfo, fast_math: bool = True, prepack: bool = True):
+def fuse(mod, target: TargetInfo, fast_math: bool = True, prepack: bool | frozenset[str] = True):
     """Relax module -> module of fused TIR functions, as the whole-model compile sees it."""
     import tvm
 
@@ -65,7 +65,8 @@ def fuse(mod, target: TargetInfo, fast_math: bool = True, prepack: bool = True):
         return tvm.transform.Sequential(fuse_passes(tvm_target, fast_math, prepack))(mod)
 
 
-def extract_from_relax(mod, target: TargetInfo, fast_math: bool = True, prepack: bool = True) -> list[Task]:
+def extract_from_relax(mod, target: TargetInfo, fast_math: bool = True,
+                       prepack: bool | frozenset[str] = True) -> list[Task]:
     """Fused subgraphs of a prepared Relax module as Tasks (deduplicated, with weights);
     `fast_math=False`: TVM's own legalization of transcendental math, `prepack=False`: no
     pre-packed weights (tlm.graph.passes)."""
@@ -83,7 +84,7 @@ def extract_from_relax(mod, target: TargetInfo, fast_math: bool = True, prepack:
     return tasks
 
 
-def extract_tasks(module, example_inputs, target=None, prepack: bool = True) -> list[Task]:
+def extract_tasks(module, example_inputs, target=None, prepack: bool | frozenset[str] = True) -> list[Task]:
     """Tasks of any torch.nn.Module that torch.export accepts."""
     info = resolve_target(target)
     return extract_from_relax(import_torch(module, example_inputs).mod, info, prepack=prepack)
