@@ -185,7 +185,17 @@ def read_corpus(dirs: list[str | Path]) -> tuple[list[str], dict[str, Any]]:
 
 
 def _is_dirs(data) -> bool:
-    return isinstance(data, (str, Path)) or (bool(data) and all(Path(str(d)).is_dir() for d in data))
+    """A directory or a list of them (rather than a list of sentences)."""
+    if isinstance(data, (str, Path)):
+        return True
+
+    def is_dir(d) -> bool:
+        try:
+            return " " not in str(d) and Path(str(d)).is_dir()
+        except OSError:  # a long sentence is no file name
+            return False
+
+    return bool(data) and all(is_dir(d) for d in data)
 
 
 def pretrain(data: str | Path | list[str], out: str | Path, config: PretrainConfig | None = None, *,
