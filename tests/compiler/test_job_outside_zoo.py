@@ -1,5 +1,5 @@
-"""Models in no zoo entry (issue 14): each compiles with the shipped TLM at budget 0 and, in the
-slow tests, at 4 measurements per task; every task gets a program of the model's (or the
+"""Models in no zoo entry (issue 14): each compiles with the shipped TLM at budget 0 and at 4
+measurements per task; every task gets a program of the model's (or the
 random fallback's), none runs TVM's default schedule, and the output matches PyTorch.
 
 Covered: an MLP only, attention with unusual widths, depthwise + pointwise convs, a transposed
@@ -88,7 +88,6 @@ def test_budget_zero(name, host, tmp_path):
     assert not compiled.untuned_tasks, compiled.untuned_tasks
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", list(MODELS))
 def test_four_per_task(name, host, tmp_path):
     compiled = _compile(name, "4g", host, tmp_path)
