@@ -138,7 +138,8 @@ def write(out: Path, rows: list[dict], args, target) -> None:
     cmd = f"python bench/ceiling.py --part ops --budget {args.budget} --rounds {args.rounds}"
     lines = [
         f"# The compiler's ceiling: before/after ({target.cpu}, {target.isa}, {target.cores} threads)", "",
-        f"Run {created} with `{cmd}`. Same random-program budget ({args.budget}, checked measurer) "
+        f"Rows run {', '.join(sorted({r.get('created', created) for r in rows}))} with `{cmd}` "
+        "(`--only` reruns replace their rows). Same random-program budget ({args.budget}, checked measurer) "
         "before and after; whole one-op models built from those records, outputs checked against "
         f"PyTorch; all contenders timed interleaved, median of {args.rounds} rounds (us per call). "
         "Task sum: weight x best latency over the model's tasks, as the measurer timed them.", "",
@@ -161,7 +162,10 @@ def write(out: Path, rows: list[dict], args, target) -> None:
                      f"{_fmt(r['before_us'])} | {_fmt(r['after_us'])} | {sp:.1f}x | "
                      f"{_fmt(r['pytorch_us'])} | {_fmt(r.get('onnxruntime_us'))} | {vs:.2f} | {ok} |")
     lines += ["", "`after / PyTorch` below 1.0: TVM's program is faster than PyTorch's own op (the issue's "
-              "target: at most 1.5)."]
+              "target: at most 1.5).", "",
+              "Pre-packing rows compare the best of two different random draws, so search variance dominates "
+              "them; `bench/results/prepack.md` measures the same programs with and without packing (paired), "
+              "which is what decided `PREPACK_OPS` (matmuls yes, convs no)."]
     (out / "ceiling.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -178,9 +182,12 @@ def main(argv: list[str] | None = None) -> int:
 
     target = host_target()
     rows = run_ops(args.budget, args.rounds, target, args.only)
+    for r in rows:
+        r["created"] = time.strftime("%Y-%m-%d %H:%M:%S")
     old = Path(args.out) / "ceiling.json"
     if args.only and old.exists():  # a partial run replaces its rows and keeps the others
-        kept = json.loads(old.read_text()).get("ops", [])
+        prev = json.loads(old.read_text())
+        kept = [dict(r, created=r.get("created", prev.get("created"))) for r in prev.get("ops", [])]
         names = {r["op"] for r in rows}
         rows = [r for r in kept if r["op"] not in names] + rows
     write(Path(args.out), rows, args, target)
