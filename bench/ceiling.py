@@ -139,7 +139,7 @@ def write(out: Path, rows: list[dict], args, target) -> None:
     lines = [
         f"# The compiler's ceiling: before/after ({target.cpu}, {target.isa}, {target.cores} threads)", "",
         f"Rows run {', '.join(sorted({r.get('created', created) for r in rows}))} with `{cmd}` "
-        "(`--only` reruns replace their rows). Same random-program budget ({args.budget}, checked measurer) "
+        f"(`--only` reruns replace their rows). Same random-program budget ({args.budget}, checked measurer) "
         "before and after; whole one-op models built from those records, outputs checked against "
         f"PyTorch; all contenders timed interleaved, median of {args.rounds} rounds (us per call). "
         "Task sum: weight x best latency over the model's tasks, as the measurer timed them.", "",
