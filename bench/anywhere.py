@@ -6,7 +6,8 @@
   against the same model with 1024 outputs, both compiled at budget 0 (the model's most likely
   program per task, no measurement), timed interleaved with PyTorch: `--rounds` rounds, medians.
 - zoo0: every held-out test workload tuned at budget 0: tasks whose program came from the
-  model, from the random fallback, or from nowhere (untuned).
+  model, from the random fallback, or from nowhere (untuned); `--compile`: each whole model
+  built from those programs, its output checked against PyTorch.
 - transfer: on a held-out workload's tasks, the shipped fine-tuned model at 10 measurements per
   task against random programs at 10 per task, on this CPU (the model was fine-tuned on
   AVX-512 demonstrations only). Task estimate: sum of weight x best measured latency.
@@ -59,7 +60,9 @@ def part_prime(target, rounds: int) -> dict:
     return out
 
 
-def part_zoo0(target) -> dict:
+def part_zoo0(target, compile_too: bool = False) -> dict:
+    from tlm.compiler.build import CompileConfig
+    from tlm.compiler.job import compile_model
     from tlm.graph.extract import tasks_for_source
     from tlm.graph.zoo import list_workloads
     from tlm.search.tune import tune
@@ -68,11 +71,19 @@ def part_zoo0(target) -> dict:
     for w in list_workloads("test"):
         tasks = tasks_for_source(w.name, target=target).tasks
         t0 = time.perf_counter()
-        summary = tune(tasks, "tlm", 0, tempfile.mkdtemp(prefix="tlm-zoo0-"), target=target, progress=False)
+        db = tempfile.mkdtemp(prefix="tlm-zoo0-")
+        summary = tune(tasks, "tlm", 0, db, target=target, progress=False)
         fallback = sum(1 for r in summary if r.get("fallback"))
         missing = sum(1 for r in summary if r.get("status") == "untuned")
-        rows.append({"workload": w.name, "tasks": len(tasks), "fallback": fallback, "untuned": missing,
-                     "seconds": time.perf_counter() - t0})
+        row = {"workload": w.name, "tasks": len(tasks), "fallback": fallback, "untuned": missing,
+               "seconds": time.perf_counter() - t0}
+        if compile_too:  # the whole model from those greedy programs, output checked
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                m = compile_model(w.name, db=db, target=target, config=CompileConfig(repeat=3, compare=False))
+            row.update(matches=m.matches, max_abs_diff=m.max_abs_diff, tolerance=m.tolerance,
+                       latency_ms=m.latency_ms, compile_untuned=len(m.untuned_tasks))
+        rows.append(row)
         print(rows[-1], flush=True)
     return {"rows": rows}
 
@@ -129,8 +140,11 @@ def write(out: Path, data: dict, target) -> None:
     if "zoo0" in data:
         z = data["zoo0"]
         lines += ["## Held-out workloads at budget 0", "", f"Run {z['created']} with `{z['command']}`.", "",
-                  "| workload | tasks | random fallback | untuned |", "|---|---|---|---|"]
-        lines += [f"| {r['workload']} | {r['tasks']} | {r['fallback']} | {r['untuned']} |" for r in z["rows"]]
+                  "| workload | tasks | random fallback | untuned | compiled: output ok (max abs diff) | ms |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {r['workload']} | {r['tasks']} | {r['fallback']} | {r['untuned']} | "
+                  + (f"{r['matches']} ({r['max_abs_diff']:.2g}) | {r['latency_ms']:.2f} |" if "matches" in r else "- | - |")
+                  for r in z["rows"]]
         lines.append("")
     if "transfer" in data:
         t = data["transfer"]
@@ -154,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workload", default="dcgan")
     ap.add_argument("--per-task", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--compile", action="store_true", help="zoo0: also compile each workload and check its output")
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args(argv)
     from tlm.graph.target import host_target
@@ -169,8 +184,8 @@ def main(argv: list[str] | None = None) -> int:
             res = part_prime(target, args.rounds)
             res.update(rounds=args.rounds, command=f"python bench/anywhere.py --part prime --rounds {args.rounds}")
         elif part == "zoo0":
-            res = part_zoo0(target)
-            res.update(command="python bench/anywhere.py --part zoo0")
+            res = part_zoo0(target, args.compile)
+            res.update(command="python bench/anywhere.py --part zoo0" + (" --compile" if args.compile else ""))
         else:
             res = part_transfer(target, args.workload, args.per_task)
             res.update(command=f"python bench/anywhere.py --part transfer --workload {args.workload} "
