@@ -37,7 +37,7 @@ class CompileConfig:
     atol: float = ATOL
     compare: bool = True  # also time PyTorch eager and ONNX Runtime
     fast_math: bool = True  # tlm.graph.passes' vectorizable math (False: TVM's own, for benchmarks)
-    prepack: bool = True  # pre-packed matmul weights (tlm.graph.passes.layout_free; False: benchmarks)
+    prepack: bool | frozenset[str] = True  # pre-packed weights (tlm.graph.passes.layout_free; False: benchmarks)
 
 
 @dataclass
@@ -232,7 +232,7 @@ def compile_database(database, tasks, target) -> tuple[Any, list[dict[str, Any]]
     return msdb, rows
 
 
-def build_relax(msdb, mod, target, fast_math: bool = True, prepack: bool = True):
+def build_relax(msdb, mod, target, fast_math: bool = True, prepack: bool | frozenset[str] = True):
     """A prepared Relax module -> VM executable, with the records of a MetaSchedule database.
 
     What `ms.relax_integration.compile_relax` does, but the fusion passes are tlm's own

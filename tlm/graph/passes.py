@@ -11,7 +11,7 @@ Pre-packed weights. `layout_free` marks the constant weights of the tasks in `PR
 layout-free (what TVM's AttachAttrLayoutFreeBuffers does, names kept), so that MetaSchedule's RewriteLayout
 postprocessor packs them in the layout the chosen schedule reads best; the measurer checks such
 programs through their packing (tlm.measure.workers) and the whole-model compile splits the
-packing out and folds it into the constants (`PREPACK_FOLD`), so a user passes inputs as before.
+packing out and folds it into the constants (`prepack_fold`), so a user passes inputs as before.
 Other tasks carry no mark: their hashes (and records) are those of extraction version 2.
 
 Fast math. TVM legalizes erf, tanh, exp, sigmoid (and GELU, SiLU, softmax through them) and
@@ -258,7 +258,8 @@ def fast_math_legalization() -> dict[str, Callable]:
     }
 
 
-# Operator words of the tasks whose weights are pre-packed (measured: bench/results/ceiling.md).
+# Operator words of the tasks whose weights are pre-packed (measured paired: bench/results/prepack.md;
+# convs gained 1.00-1.02x there, so they are not packed).
 PREPACK_OPS = frozenset({"matmul", "dense", "batch_matmul"})
 
 
