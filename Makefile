@@ -7,7 +7,7 @@ SOURCE ?= mobilenet_v2
 BUDGET ?= 1g
 SUITE ?= quick
 
-.PHONY: setup run test test-all eval
+.PHONY: setup run test test-all eval collect
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
@@ -22,6 +22,12 @@ run: setup
 # The evaluation (issue 7): resumable, results/summary.md + CSVs + PNGs. SUITE=quick|standard|full
 eval: setup
 	$(BIN)/tlm eval --suite $(SUITE) --out results
+
+# The data engine (issue 15): the iterative loop over the training tasks, its records flushed as
+# append-only shards into data/corpus (commit them). Resumes from the committed corpus on any machine.
+HOURS ?= 0
+collect: setup
+	$(BIN)/tlm collect --corpus data/corpus --hours $(HOURS)
 
 test: setup
 	$(BIN)/python -m pytest -q

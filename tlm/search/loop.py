@@ -81,7 +81,7 @@ class LoopConfig:
 # ---------------------------------------------------------------- the loop
 
 class _Loop:
-    def __init__(self, config: LoopConfig, tasks: list | None, progress: bool, measurer=None):
+    def __init__(self, config: LoopConfig, tasks: list | None, progress: bool, measurer=None, after_task=None):
         from rich.console import Console
 
         from tlm.graph.target import resolve_target
@@ -111,6 +111,7 @@ class _Loop:
         self._own_measurer = measurer is None
         self._gen: tuple[str, Any] | None = None
         self.measured_now = 0
+        self.after_task = after_task  # called with the database after each task's results are committed
 
     def _load_tasks(self) -> list:
         if not self.config.sources:
@@ -263,6 +264,8 @@ class _Loop:
                     new += len(results)
                     errors += sum(1 for res in results if not res.ok)
                     self.measured_now += len(results)
+                    if self.after_task is not None:
+                        self.after_task(self.db)
                 self._poll_finetune()
                 bar.update(job, advance=need)
         point = self.wd.point(r, b, self._label(model), self.tasks, self.db.counts_by_task(self.target.key),
@@ -322,14 +325,16 @@ class _Loop:
 
 
 def run_loop(config: LoopConfig, tasks: list | None = None, progress: bool = True, *,
-             measurer=None) -> dict[str, Any]:
+             measurer=None, after_task=None) -> dict[str, Any]:
     """Run (or resume) the iterative optimization in `config.work`; returns a summary.
 
     `tasks` replaces `config.sources` (tests, notebooks); a re-run may omit them (tasks.json).
     `measurer`: a `tlm.measure.measurer.Measurer` for `config.target` to use (and leave open) instead
     of starting one from `config.measure` (its worker pools take a while to start).
+    `after_task(db)`: called after each task's new records are committed (tlm.search.collect
+    flushes them to the corpus there).
     """
-    loop = _Loop(config, tasks, progress, measurer)
+    loop = _Loop(config, tasks, progress, measurer, after_task)
     try:
         return loop.run()
     finally:

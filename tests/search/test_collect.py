@@ -1,0 +1,77 @@
+"""The data engine's collector (tlm.search.collect): records reach the corpus; a new machine resumes
+from it without measuring anything twice; one collector per work directory; CLI errors."""
+
+import pytest
+import workloads_tir as w
+
+from tlm.errors import TlmError
+from tlm.measure.shards import corpus_summary, shard_paths
+from tlm.search.collect import CollectConfig, _locked, collect
+from tlm.search.loop import LoopConfig
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return [w.matmul(16), w.softmax()]
+
+
+@pytest.fixture(scope="module")
+def base_dir(tmp_path_factory, tasks, host):
+    from tlm.model.lm import build_tokenizer, new_model, save_model, space_words
+    from tlm.space.sampling import target_id
+
+    tok = build_tokenizer(space_words(tasks, host, walks=2))
+    out = tmp_path_factory.mktemp("base")
+    save_model(new_model("tiny", tok.get_vocab_size(), seed=1), tok, out,
+               {"preset": "tiny", "target": host.config, "target_id": target_id(host)})
+    return out
+
+
+@pytest.fixture(scope="module")
+def measurer(host):
+    from tlm.measure.measurer import MeasureConfig, Measurer
+
+    with Measurer(host, MeasureConfig(repeat=2, min_repeat_ms=1, remeasure_top=0)) as m:
+        yield m
+
+
+def _config(base, work, corpus, **kw):
+    from tlm.measure.measurer import MeasureConfig
+
+    loop = LoopConfig(base=str(base), work=str(work), kb=1, kp=2, rounds=1, ft_steps=2, ft_lr=3e-3,
+                      ft_batch_size=2, pipeline=False,
+                      measure=MeasureConfig(repeat=2, min_repeat_ms=1, remeasure_top=0))
+    return CollectConfig(corpus=str(corpus), flush_minutes=60, loop=loop, **kw)
+
+
+def test_collect_flushes_and_a_new_machine_resumes(base_dir, tasks, tmp_path, measurer, host):
+    corpus = tmp_path / "corpus"
+    res = collect(_config(base_dir, tmp_path / "w1", corpus), tasks, progress=False, log=lambda m: None,
+                  measurer=measurer)
+    assert res["measured_now"] == 4 and res["flushed_records"] == 4
+    assert shard_paths(corpus) and sum(v["records"] for v in corpus_summary(corpus).values()) == 4
+    # A fresh work directory (a new session) ingests the corpus: round 0 is already measured.
+    res2 = collect(_config(base_dir, tmp_path / "w2", corpus), tasks, progress=False, log=lambda m: None,
+                   measurer=measurer)
+    assert res2["ingested_records"] == 4 and res2["measured_now"] == 0 and res2["flushed_records"] == 0
+    assert len(shard_paths(corpus)) == 1
+
+
+def test_one_collector_per_work_dir(tmp_path):
+    with _locked(tmp_path / "w"):
+        with pytest.raises(TlmError, match="another collector"):
+            with _locked(tmp_path / "w"):
+                pass
+
+
+def test_cli_collect_errors(tmp_path, capsys):
+    from tlm.cli import main
+
+    (tmp_path / "file").write_text("x")
+    assert main(["collect", "--corpus", str(tmp_path / "file"), "--work", str(tmp_path / "w"), "--base",
+                 str(tmp_path)]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a file" in err[0]
+    assert main(["collect", "--hours", "-1"]) != 0
+    assert main(["corpus", "--corpus", str(tmp_path / "none")]) == 0
+    assert "no shards" in capsys.readouterr().out

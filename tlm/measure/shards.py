@@ -1,0 +1,283 @@
+"""The measurement corpus in git: append-only, compressed, immutable record shards (issue 15).
+
+A record database (tlm.measure.database) is a working copy; the corpus is what survives a
+session and travels between machines:
+
+    CORPUS/<hardware>/<db uid>-<first id>-<last id>.jsonl.xz
+
+One shard holds the records of one hardware (target key) that one database measured, ids
+first..last, and is never rewritten: a new flush writes a new shard, so git stores each record
+once. The name depends only on its content, so a flush killed between writing the file and
+noting it in the database rewrites the same file with the same bytes. Lines (JSON):
+
+    {"shard": 1, "target_key": ..., "target": {...}, "host": {...}, "sentence_version": 2,
+     "extract_version": 3, "tvm": "0.27.0", "records": N, "last": <created of the last record>}
+    {"task": {...}}                           tasks new to this database's shards (with their TIR)
+    {"t": hash, "s": sentence, "lat": [seconds...], "err": null, "by": proposer, "r": round,
+     "at": unix time, "build_s": ..., "run_s": ...}
+
+A record keeps its exact sentence (`s`), from which the trace is recovered
+(tlm.space.language.parse); records without a sentence keep their trace (`trace`). Records of
+every hardware are ingested (each keeps its target key; queries filter on it), so a database on
+a new machine starts from everything committed.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+import os
+import re
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tlm.errors import TlmError
+from tlm.measure.database import Database
+
+SHARD_VERSION = 1
+SUFFIX = ".jsonl.xz"
+_META_UID, _META_UPTO, _META_TASKS, _META_INGESTED = ("corpus.uid", "corpus.exported_upto", "corpus.exported_tasks",
+                                                     "corpus.ingested")
+
+
+@dataclass
+class FlushReport:
+    shards: list[str] = field(default_factory=list)  # paths written
+    records: int = 0
+    tasks: int = 0
+
+
+@dataclass
+class IngestReport:
+    shards: list[str] = field(default_factory=list)  # paths read
+    records: int = 0
+    tasks: int = 0
+    skipped: list[str] = field(default_factory=list)  # "path: reason" for unreadable shards
+
+
+def hardware_slug(target_key: str) -> str:
+    """A directory name for a target key: `llvm-znver3-2c`, `cuda-sm_80`."""
+    try:
+        cfg = json.loads(target_key)
+    except ValueError:
+        cfg = {}
+    parts = [cfg.get("kind", "target"), cfg.get("mcpu") or cfg.get("arch") or "generic"]
+    if cfg.get("num-cores"):
+        parts.append(f"{cfg['num-cores']}c")
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(str(p) for p in parts))
+
+
+def host_description() -> dict[str, Any]:
+    """What this machine is, beyond the target: the CPU's model name and core count."""
+    import platform
+
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu_model": model or platform.processor(), "machine": platform.machine(), "cpus": os.cpu_count()}
+
+
+def _uid(db: Database) -> str:
+    uid = db.get_meta(_META_UID)
+    if uid is None:
+        uid = uuid.uuid4().hex[:12]
+        db.set_meta(_META_UID, uid)
+    return uid
+
+
+def _versions() -> dict[str, Any]:
+    from tlm.graph.extract import EXTRACT_VERSION
+    from tlm.space.language import SENTENCE_VERSION
+
+    try:
+        import tvm
+
+        tvm_version = tvm.__version__
+    except ImportError:  # pragma: no cover - TVM is a dependency
+        tvm_version = None
+    return {"sentence_version": SENTENCE_VERSION, "extract_version": EXTRACT_VERSION, "tvm": tvm_version}
+
+
+def _write_atomic(path: Path, lines: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("wb", dir=path.parent, delete=False, suffix=".tmp") as tmp:
+        with lzma.open(tmp, "wt", preset=9) as f:
+            f.write("\n".join(lines) + "\n")
+        tmp.flush()
+        os.fsync(tmp.fileno())
+    os.replace(tmp.name, path)
+
+
+def pending(db: Database) -> int:
+    """Records of `db` not yet in any shard."""
+    upto = int(db.get_meta(_META_UPTO, 0))
+    return int(db._conn.execute("SELECT COUNT(*) FROM records WHERE id > ?", (upto,)).fetchone()[0])
+
+
+def flush(db: Database, corpus: str | os.PathLike) -> FlushReport:
+    """Write the records of `db` that are in no shard yet as new shards under `corpus`."""
+    corpus = Path(corpus)
+    uid = _uid(db)
+    upto = int(db.get_meta(_META_UPTO, 0))
+    exported = set(db.get_meta(_META_TASKS, []))
+    rows = db._conn.execute("SELECT * FROM records WHERE id > ? ORDER BY id", (upto,)).fetchall()
+    report = FlushReport()
+    if not rows:
+        return report
+    by_target: dict[str, list] = {}
+    for row in rows:
+        by_target.setdefault(row["target_key"], []).append(row)
+    versions, host = _versions(), host_description()
+    names = []
+    for key, recs in by_target.items():
+        new_tasks = sorted({r["task_hash"] for r in recs} - exported)
+        tasks = [db.task(h) for h in new_tasks]
+        try:
+            target = json.loads(key)
+        except ValueError:
+            target = {}
+        header = {"shard": SHARD_VERSION, "target_key": key, "target": target, "host": host, **versions,
+                  "records": len(recs), "last": recs[-1]["created"]}
+        lines = [json.dumps(header, sort_keys=True)]
+        lines += [json.dumps({"task": t.to_json(with_mod=True)}, sort_keys=True) for t in tasks if t is not None]
+        for r in recs:
+            line = {"t": r["task_hash"], "s": r["sentence"], "lat": json.loads(r["latencies_json"]), "err": r["error"],
+                    "by": r["proposer"], "r": r["round"], "at": r["created"], "build_s": r["build_s"],
+                    "run_s": r["run_s"]}
+            if not r["sentence"]:
+                line["trace"] = json.loads(r["trace_json"]) if r["trace_json"] else None
+            lines.append(json.dumps(line, sort_keys=True))
+        rel = f"{hardware_slug(key)}/{uid}-{recs[0]['id']:08d}-{recs[-1]['id']:08d}{SUFFIX}"
+        _write_atomic(corpus / rel, lines)
+        names.append(rel)
+        exported |= set(new_tasks)
+        report.shards.append(str(corpus / rel))
+        report.records += len(recs)
+        report.tasks += len(tasks)
+
+    ingested = db.get_meta(_META_INGESTED, [])
+
+    def note(conn):
+        for k, v in ((_META_UPTO, rows[-1]["id"]), (_META_TASKS, sorted(exported)),
+                     (_META_INGESTED, sorted(set(ingested) | set(names)))):
+            conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (k, json.dumps(v)))
+
+    db._tx(note)
+    return report
+
+
+def shard_paths(corpus: str | os.PathLike) -> list[Path]:
+    """Every shard under `corpus`, in a stable order."""
+    corpus = Path(corpus)
+    return sorted(corpus.glob(f"*/*{SUFFIX}")) if corpus.is_dir() else []
+
+
+def read_shard(path: str | os.PathLike) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(header, tasks, records) of one shard; a TlmError if it is not one."""
+    header, tasks, records = None, [], []
+    try:
+        with lzma.open(path, "rt") as f:
+            for i, line in enumerate(f):
+                obj = json.loads(line)
+                if i == 0:
+                    header = obj
+                    if not isinstance(obj, dict) or "shard" not in obj:
+                        raise TlmError(f"{path}: not a record shard (no header)")
+                    if obj["shard"] > SHARD_VERSION:
+                        raise TlmError(f"{path}: shard version {obj['shard']} is newer than this tlm's {SHARD_VERSION}")
+                elif "task" in obj:
+                    tasks.append(obj["task"])
+                else:
+                    records.append(obj)
+    except (OSError, EOFError, lzma.LZMAError, ValueError) as err:
+        raise TlmError(f"{path}: unreadable shard: {err}") from None
+    if header is None:
+        raise TlmError(f"{path}: empty shard")
+    return header, tasks, records
+
+
+def ingest(db: Database, corpus: str | os.PathLike) -> IngestReport:
+    """Add the records of every shard under `corpus` that `db` has not seen to `db`.
+
+    Records `db` measured and did not flush yet are flushed first (their ids would otherwise mix
+    with ingested ones). Each shard goes in with the note that it was read, in one transaction."""
+    from tlm.graph.tasks import Task
+
+    corpus = Path(corpus)
+    if pending(db):
+        flush(db, corpus)
+    seen = set(db.get_meta(_META_INGESTED, []))
+    report = IngestReport()
+    arrived: set[str] = set()
+    for path in shard_paths(corpus):
+        rel = path.relative_to(corpus).as_posix()
+        if rel in seen:
+            continue
+        try:
+            header, tasks, records = read_shard(path)
+        except TlmError as err:
+            report.skipped.append(str(err))
+            continue
+        key = header["target_key"]
+
+        def write(conn, tasks=tasks, records=records, key=key, rel=rel):
+            for t in tasks:
+                task = Task.from_json(t)
+                conn.execute("INSERT OR IGNORE INTO workloads VALUES (?, ?, ?, ?)",
+                             (task.hash, task.name, json.dumps(task.to_json()), task.mod_json))
+            import statistics
+
+            for r in records:
+                median = statistics.median(r["lat"]) if r["lat"] and not r.get("err") else None
+                trace = r.get("trace")
+                conn.execute(
+                    "INSERT INTO records (task_hash, target_key, trace_json, sentence, latencies_json, median_s,"
+                    " error, proposer, round, created, build_s, run_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (r["t"], key, json.dumps(trace) if trace is not None else None, r.get("s"), json.dumps(r["lat"]),
+                     median, r.get("err"), r["by"], int(r.get("r", 0)), float(r.get("at", time.time())),
+                     r.get("build_s"), r.get("run_s")))
+            last = conn.execute("SELECT MAX(id) FROM records").fetchone()[0] or 0
+            seen.add(rel)
+            for k, v in ((_META_INGESTED, sorted(seen)), (_META_UPTO, last)):
+                conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (k, json.dumps(v)))
+
+        db._tx(write)
+        report.shards.append(str(path))
+        report.records += len(records)
+        report.tasks += len(tasks)
+        arrived |= {t["hash"] for t in tasks}
+    if arrived:  # tasks that are in shards already need not be written again
+        db.set_meta(_META_TASKS, sorted(set(db.get_meta(_META_TASKS, [])) | arrived))
+    return report
+
+
+def corpus_summary(corpus: str | os.PathLike) -> dict[str, Any]:
+    """Counts per hardware, from the shard headers and lines: shards, records, correct records, tasks."""
+    out: dict[str, Any] = {}
+    for path in shard_paths(corpus):
+        try:
+            header, _, records = read_shard(path)
+        except TlmError:
+            continue
+        hw = out.setdefault(path.parent.name, {"shards": 0, "records": 0, "ok": 0, "tasks": set()})
+        hw["shards"] += 1
+        hw["records"] += len(records)
+        hw["ok"] += sum(1 for r in records if not r.get("err"))
+        hw["tasks"] |= {r["t"] for r in records}
+    return {k: dict(v, tasks=len(v["tasks"])) for k, v in out.items()}
+
+
+def require_corpus_dir(corpus: str) -> Path:
+    p = Path(corpus)
+    if p.exists() and not p.is_dir():
+        raise TlmError(f"--corpus {corpus} is a file, not a directory")
+    return p

@@ -1,0 +1,216 @@
+"""Collection at scale (issue 15): the iterative loop, durable in git. `make collect` runs it.
+
+    tlm collect [--corpus data/corpus] [--work DIR] [--base MODEL] [--hours H] [--flush-minutes M] [loop options]
+
+The iterative loop (tlm.search.loop: generate with the newest model, measure, fine-tune TLM-base
+on the best programs) over the training tasks, with every record also written to the corpus as
+append-only, compressed, immutable shards (tlm.measure.shards): at most --flush-minutes after it
+was measured, at the end of the run, and when the run is stopped (Ctrl-C, SIGTERM, --hours).
+After kill -9, the next start flushes what the work database holds and the corpus lacks.
+
+A start on any machine first ingests every shard of the corpus into the work database (records
+of every hardware; each keeps its target key), so a program is never measured twice on the same
+hardware, a fresh work directory on a new machine resumes where the committed corpus stands, and
+a new hardware starts its own rounds. One collector per work directory (a lock file).
+The work directory defaults to `work/collect-<hardware>` (not in git).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tlm.errors import TlmError
+from tlm.search.loop import LoopConfig, run_loop
+
+DEFAULT_CORPUS = "data/corpus"
+
+
+@dataclass
+class CollectConfig:
+    corpus: str = DEFAULT_CORPUS
+    hours: float = 0.0  # stop after this long (0: only the loop's own stopping rules)
+    flush_minutes: float = 10.0
+    loop: LoopConfig = field(default_factory=lambda: LoopConfig(base="", work=""))
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _TimeUp(Exception):
+    pass
+
+
+def default_base(target) -> Path:
+    """The shipped TLM-base that serves `target` (pretrained/tlm-base-KIND-*)."""
+    from tlm.model.lm import _read_meta, repo_root, serves
+
+    root = repo_root() / "pretrained"
+    bases = sorted(root.glob(f"tlm-base-{target.kind}-*")) if root.is_dir() else []
+    for path in bases:
+        if serves(_read_meta(path), target):
+            return path
+    if bases:
+        return bases[0]
+    raise TlmError(f"no pretrained/tlm-base-{target.kind}-* model; pass --base DIR")
+
+
+@contextmanager
+def _locked(work: Path):
+    import fcntl
+
+    work.mkdir(parents=True, exist_ok=True)
+    f = open(work / "collect.lock", "w")
+    try:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise TlmError(f"another collector is running in {work}") from None
+        yield
+    finally:
+        f.close()
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    old = signal.getsignal(signal.SIGTERM)
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def collect(config: CollectConfig, tasks: list | None = None, progress: bool = True, log=print, *,
+            measurer=None) -> dict[str, Any]:
+    """Ingest the corpus, run the loop with periodic flushes, flush at the end; returns a summary."""
+    from tlm.graph.target import resolve_target
+    from tlm.measure.database import open_db
+    from tlm.measure.shards import flush, hardware_slug, ingest, pending, require_corpus_dir
+
+    loop = config.loop
+    target = resolve_target(loop.target)
+    loop.target = target.config
+    if not loop.work:
+        loop.work = str(Path("work") / f"collect-{hardware_slug(target.key)}")
+    if not loop.base:
+        loop.base = str(default_base(target))
+    corpus = require_corpus_dir(config.corpus)
+    work = Path(loop.work)
+    with _locked(work):
+        (work / "collect.json").write_text(json.dumps(config.to_json(), indent=1))
+        with open_db(str(work / "db")) as db:
+            got = ingest(db, corpus)
+            before = db.count(target_key=target.key)
+        for s in got.skipped:
+            log(f"tlm: warning: {s}")
+        log(f"corpus {corpus}: {len(got.shards)} new shards ingested ({got.records} records); "
+            f"{before} records for {target.cpu} in {work / 'db'}")
+        t0 = time.monotonic()
+        last = [time.monotonic()]
+        flushed = {"shards": 0, "records": 0}
+
+        def after_task(db) -> None:
+            if time.monotonic() - last[0] >= config.flush_minutes * 60:
+                rep = flush(db, corpus)
+                flushed["shards"] += len(rep.shards)
+                flushed["records"] += rep.records
+                last[0] = time.monotonic()
+            if config.hours and time.monotonic() - t0 >= config.hours * 3600:
+                raise _TimeUp
+
+        stopped, summary = None, {}
+        try:
+            with _sigterm_as_interrupt():
+                summary = run_loop(loop, tasks, progress, measurer=measurer, after_task=after_task)
+                stopped = summary.get("stopped")
+        except _TimeUp:
+            stopped = f"--hours {config.hours:g} reached"
+        except KeyboardInterrupt:
+            stopped = "interrupted"
+        finally:
+            with open_db(str(work / "db")) as db:
+                rep = flush(db, corpus)
+                left = pending(db)
+                after = db.count(target_key=target.key)
+            flushed["shards"] += len(rep.shards)
+            flushed["records"] += rep.records
+            log(f"flushed {flushed['records']} records into {flushed['shards']} shards under {corpus}"
+                + (f" ({left} records not flushed)" if left else ""))
+    return {"corpus": str(corpus), "work": str(work), "stopped": stopped, "ingested_shards": len(got.shards),
+            "ingested_records": got.records, "measured_now": after - before, "flushed_records": flushed["records"],
+            "flushed_shards": flushed["shards"], "records": after, "loop": summary}
+
+
+def _cmd_collect(args: argparse.Namespace) -> int:
+    from tlm.measure.measurer import measure_config_from_args
+
+    loop = LoopConfig(base=args.base or "", work=args.work or "", sources=list(args.sources), kb=args.kb,
+                      kp=args.kp, rounds=args.rounds, max_tasks=args.max_tasks, seed=args.seed, target=args.target,
+                      pipeline=args.pipeline, ft_threads=args.ft_threads, measure=measure_config_from_args(args))
+    if args.hours < 0 or args.flush_minutes <= 0:
+        raise TlmError("--hours must be >= 0 and --flush-minutes > 0")
+    cfg = CollectConfig(corpus=args.corpus, hours=args.hours, flush_minutes=args.flush_minutes, loop=loop)
+    res = collect(cfg, progress=args.progress, log=lambda m: print(m, file=sys.stderr, flush=True))
+    if args.json:
+        json.dump(res, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        print(f"stopped: {res['stopped']}; {res['measured_now']} measured now, {res['records']} records for this "
+              f"hardware; {res['flushed_records']} records flushed to {res['corpus']}")
+    return 0
+
+
+def _cmd_corpus(args: argparse.Namespace) -> int:
+    from tlm.measure.shards import corpus_summary
+
+    summary = corpus_summary(args.corpus)
+    if args.json:
+        json.dump(summary, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    if not summary:
+        print(f"no shards under {args.corpus}")
+    for hw, v in sorted(summary.items()):
+        print(f"{hw}: {v['records']} records ({v['ok']} correct) over {v['tasks']} tasks in {v['shards']} shards")
+    return 0
+
+
+def register_cli(sub) -> None:
+    from tlm.measure.measurer import add_measure_args
+
+    p = sub.add_parser("collect", help="the data engine: the iterative loop, flushed to the corpus in git")
+    p.add_argument("--corpus", default=DEFAULT_CORPUS, help=f"shard directory (default {DEFAULT_CORPUS})")
+    p.add_argument("--work", default=None, help="work directory (default work/collect-HARDWARE)")
+    p.add_argument("--base", default=None, help="TLM-base model directory (default: the shipped one)")
+    p.add_argument("--sources", nargs="+", default=["pretrain-set"])
+    p.add_argument("--hours", type=float, default=0.0, help="stop after this long (0: the loop's rules)")
+    p.add_argument("--flush-minutes", type=float, default=10.0, help="write new shards at least this often")
+    p.add_argument("--kb", type=int, default=4)
+    p.add_argument("--kp", type=int, default=8)
+    p.add_argument("--rounds", type=int, default=0)
+    p.add_argument("--max-tasks", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ft-threads", type=int, default=1)
+    p.add_argument("--no-pipeline", dest="pipeline", action="store_false")
+    p.add_argument("--target", default=None)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    add_measure_args(p)
+    p.set_defaults(func=_cmd_collect)
+
+    p = sub.add_parser("corpus", help="what the measurement corpus holds, per hardware")
+    p.add_argument("--corpus", default=DEFAULT_CORPUS)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_corpus)
