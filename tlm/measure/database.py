@@ -87,6 +87,14 @@ class Database:
             raise TlmError(f"cannot open record database in {directory}: {err}") from None
 
     # ------------------------------------------------------------------ writing
+    def transaction(self, fn):
+        """Run `fn(connection)` in one immediate transaction (tlm.measure.shards writes this way)."""
+        return self._tx(fn)
+
+    def query(self, sql: str, args: tuple | list = ()) -> list[sqlite3.Row]:
+        """Rows of a read-only SQL query (tlm.measure.shards reads this way)."""
+        return self._conn.execute(sql, args).fetchall()
+
     def _tx(self, fn):
         try:
             self._conn.execute("BEGIN IMMEDIATE")

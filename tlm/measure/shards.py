@@ -120,7 +120,7 @@ def _write_atomic(path: Path, lines: list[str]) -> None:
 def pending(db: Database) -> int:
     """Records of `db` not yet in any shard."""
     upto = int(db.get_meta(_META_UPTO, 0))
-    return int(db._conn.execute("SELECT COUNT(*) FROM records WHERE id > ?", (upto,)).fetchone()[0])
+    return int(db.query("SELECT COUNT(*) FROM records WHERE id > ?", (upto,))[0][0])
 
 
 def flush(db: Database, corpus: str | os.PathLike) -> FlushReport:
@@ -129,7 +129,7 @@ def flush(db: Database, corpus: str | os.PathLike) -> FlushReport:
     uid = _uid(db)
     upto = int(db.get_meta(_META_UPTO, 0))
     exported = set(db.get_meta(_META_TASKS, []))
-    rows = db._conn.execute("SELECT * FROM records WHERE id > ? ORDER BY id", (upto,)).fetchall()
+    rows = db.query("SELECT * FROM records WHERE id > ? ORDER BY id", (upto,))
     report = FlushReport()
     if not rows:
         return report
@@ -171,7 +171,7 @@ def flush(db: Database, corpus: str | os.PathLike) -> FlushReport:
                      (_META_INGESTED, sorted(set(ingested) | set(names)))):
             conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (k, json.dumps(v)))
 
-    db._tx(note)
+    db.transaction(note)
     return report
 
 
@@ -250,7 +250,7 @@ def ingest(db: Database, corpus: str | os.PathLike) -> IngestReport:
             for k, v in ((_META_INGESTED, sorted(seen)), (_META_UPTO, last)):
                 conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (k, json.dumps(v)))
 
-        db._tx(write)
+        db.transaction(write)
         report.shards.append(str(path))
         report.records += len(records)
         report.tasks += len(tasks)

@@ -269,7 +269,7 @@ def serves(meta: dict[str, Any], target) -> bool:
                == (target.kind, target.arch, target.isa) for t in model_targets(meta))
 
 
-def _read_meta(path: Path) -> dict[str, Any]:
+def read_meta(path: Path) -> dict[str, Any]:
     try:
         meta = json.loads((path / "tlm.json").read_text())
     except (OSError, ValueError):
@@ -299,7 +299,7 @@ def default_model_dir(target) -> Path:
     for path in sorted(root.glob(f"tlm-*-{info.kind}-*")) if root.is_dir() else []:
         if not path.is_dir():
             continue
-        meta, exact_name = _read_meta(path), path.name.split("-", 2)[2] == f"{info.kind}-{info.isa}"
+        meta, exact_name = read_meta(path), path.name.split("-", 2)[2] == f"{info.kind}-{info.isa}"
         trained = model_targets(meta)
         exact = exact_name or serves(meta, info)
         same_arch = any(t.get("arch") == info.arch for t in trained)

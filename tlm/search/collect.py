@@ -50,12 +50,12 @@ class _TimeUp(Exception):
 
 def default_base(target) -> Path:
     """The shipped TLM-base that serves `target` (pretrained/tlm-base-KIND-*)."""
-    from tlm.model.lm import _read_meta, repo_root, serves
+    from tlm.model.lm import read_meta, repo_root, serves
 
     root = repo_root() / "pretrained"
     bases = sorted(root.glob(f"tlm-base-{target.kind}-*")) if root.is_dir() else []
     for path in bases:
-        if serves(_read_meta(path), target):
+        if serves(read_meta(path), target):
             return path
     if bases:
         return bases[0]
