@@ -98,3 +98,14 @@ def test_aggregates(tmp_path):
         assert db.sentences(a.hash, TARGET) == {"s1", "s2", "s3"}
         assert db.sentences(b.hash, TARGET) == {"s1"} and db.sentences(b.hash, '{"kind": "cuda"}') == set()
         assert db.count(a.hash, TARGET, "tlm") == 3 and db.count(target_key=OTHER) == 1 and db.count() == 6
+
+
+def test_best_before_last_round(tmp_path):
+    with open_db(str(tmp_path / "db")) as db:
+        t, u = _task("00000000000000aa"), _task("00000000000000bb")
+        db.add_record(t, TARGET, [], [5e-6], proposer="tlm", round=0)
+        db.add_record(t, TARGET, [], [2e-6], proposer="tlm", round=3)
+        db.add_record(t, TARGET, [], [4e-6], proposer="random", round=7)
+        db.add_record(u, TARGET, [], [1e-6], proposer="tlm", round=1)  # nothing before its last round
+        got = db.best_before_last_round(TARGET, "tlm")
+        assert got == {t.hash: pytest.approx(4e-6)}

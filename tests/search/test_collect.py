@@ -44,6 +44,7 @@ def _config(base, work, corpus, **kw):
     return CollectConfig(corpus=str(corpus), flush_minutes=60, loop=loop, **kw)
 
 
+@pytest.mark.tvm
 def test_collect_flushes_and_a_new_machine_resumes(base_dir, tasks, tmp_path, measurer, host):
     corpus = tmp_path / "corpus"
     res = collect(_config(base_dir, tmp_path / "w1", corpus), tasks, progress=False, log=lambda m: None,

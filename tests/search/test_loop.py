@@ -120,6 +120,15 @@ def test_two_rounds_stop_and_resume(base_dir, tasks, tmp_path, measurer):
     with pytest.raises(TlmError, match="kb"):  # the batching of a work directory cannot change
         run_loop(_config(base_dir, work, rounds=3, kb=1), progress=False, measurer=measurer)
 
+    # The gain schedule: after the first cycle, round 2 takes the task expected to gain most (its
+    # choice saved in the state, so a resumed round measures the same task).
+    run_loop(_config(base_dir, work, rounds=3, schedule="gain"), progress=False, measurer=measurer)
+    state = json.loads((work / "state.json").read_text())
+    assert list(state["chosen"]) == ["2"] and len(state["chosen"]["2"]) == 1
+    recs = _records(work)
+    assert len(recs) == 6 and {r[2] for r in recs[4:]} == {2} and {r[1] for r in recs[4:]} == set(state["chosen"]["2"])
+    assert state["rounds"][-1]["batch"] == -1 and state["rounds"][-1]["measure_s"] > 0
+
 
 @pytest.mark.tvm
 def test_interrupted_round_is_not_measured_again(base_dir, tasks, tmp_path, monkeypatch, measurer):
@@ -155,3 +164,18 @@ def test_cli_loop_errors(tmp_path):
 
     assert main(["loop", "--base", str(tmp_path / "none"), "--work", str(tmp_path / "w")]) == 2
     assert main(["loop", "--base", str(tmp_path), "--work", str(tmp_path / "w"), "--kb", "0"]) == 2
+
+
+def test_gain_batch_prefers_heavy_improving_tasks():
+    from tlm.search.loop_state import gain_batch
+
+    heavy, light, fresh, failing = (_fake("heavy", "conv2d", weight=4), _fake("light", "matmul"),
+                                    _fake("fresh", "softmax"), _fake("failing", "pool"))
+    bests = {heavy.hash: 1e-3, light.hash: 1e-3}
+    prev = {heavy.hash: 1e-3, light.hash: 2e-3}  # light just halved its latency, heavy did not move
+    counts = {heavy.hash: 8, light.hash: 8, fresh.hash: 0, failing.hash: 16}
+    got = gain_batch([heavy, light, fresh, failing], 4, bests, prev, counts, kp=8)
+    # No program yet first; then light (1e-3 x 100% gain) before heavy (4 x 1e-3 x 2% floor); the
+    # task whose 2 k_p programs all failed last.
+    assert [t.name for t in got] == ["fresh", "light", "heavy", "failing"]
+    assert [t.name for t in gain_batch([heavy, light], 1, bests, {}, counts, kp=8)] == ["heavy"]

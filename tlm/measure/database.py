@@ -208,6 +208,17 @@ class Database:
             " AND median_s IS NOT NULL GROUP BY task_hash", (target_key,))
         return {r[0]: float(r[1]) for r in rows}
 
+    def best_before_last_round(self, target_key: str, proposer: str) -> dict[str, float]:
+        """Per task hash: the lowest correct median latency before its last round of `proposer`
+        (records of other proposers count as before); tasks with nothing before are absent."""
+        rows = self._conn.execute(
+            "SELECT r.task_hash, MIN(r.median_s) FROM records r JOIN (SELECT task_hash, MAX(round) AS last"
+            " FROM records WHERE target_key = ? AND proposer = ? GROUP BY task_hash) m ON r.task_hash = m.task_hash"
+            " WHERE r.target_key = ? AND r.error IS NULL AND r.median_s IS NOT NULL"
+            " AND (r.proposer != ? OR r.round < m.last) GROUP BY r.task_hash",
+            (target_key, proposer, target_key, proposer))
+        return {r[0]: float(r[1]) for r in rows}
+
     def counts_by_round(self, task_hash: str, target_key: str, proposer: str) -> dict[int, int]:
         """Records per round of one task, target and proposer; rounds without any are absent."""
         rows = self._conn.execute(

@@ -158,7 +158,8 @@ def _cmd_collect(args: argparse.Namespace) -> int:
 
     loop = LoopConfig(base=args.base or "", work=args.work or "", sources=list(args.sources), kb=args.kb,
                       kp=args.kp, rounds=args.rounds, max_tasks=args.max_tasks, seed=args.seed, target=args.target,
-                      pipeline=args.pipeline, ft_threads=args.ft_threads, measure=measure_config_from_args(args))
+                      pipeline=args.pipeline, ft_threads=args.ft_threads, schedule=args.schedule,
+                      measure=measure_config_from_args(args))
     if args.hours < 0 or args.flush_minutes <= 0:
         raise TlmError("--hours must be >= 0 and --flush-minutes > 0")
     cfg = CollectConfig(corpus=args.corpus, hours=args.hours, flush_minutes=args.flush_minutes, loop=loop)
@@ -201,6 +202,8 @@ def register_cli(sub) -> None:
     p.add_argument("--kp", type=int, default=8)
     p.add_argument("--rounds", type=int, default=0)
     p.add_argument("--max-tasks", type=int, default=0)
+    p.add_argument("--schedule", default="gain", choices=["cycle", "gain"],
+                   help="gain (default): after one cycle over the batches, the tasks expected to gain most")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ft-threads", type=int, default=1)
     p.add_argument("--no-pipeline", dest="pipeline", action="store_false")

@@ -4,7 +4,9 @@
 
 The training tasks (the sources' tasks minus every task of the held-out test workloads,
 optionally capped with --max-tasks, spread across task kinds) are sorted by task kind and dealt
-into k_b batches, one every k_b. Round r takes batch r mod k_b: the newest finished model (round
+into k_b batches, one every k_b. Round r takes batch r mod k_b (`--schedule gain`: after the first
+k_b rounds, the tasks where the weighted total latency is expected to gain most,
+tlm.search.loop_state.gain_batch): the newest finished model (round
 0: the base) generates k_p new programs per task (sentences already in the database are
 skipped), they are measured and committed (proposer "tlm", round r), then the demonstrations
 (the best measured program of every training task, over all records) fine-tune the BASE model
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -59,6 +62,9 @@ class LoopConfig:
     ft_loss: str = "sentence"  # bench/results/sft_loss.md
     ft_threads: int = 1
     per_task_demos: int = 1
+    # Which tasks a round measures: "cycle" (batch r mod k_b, the paper's) or "gain" (a first
+    # cycle over every batch, then the tasks where the total latency is expected to gain most).
+    schedule: str = "cycle"
     pipeline: bool = True
     temperature: float = 1.0
     top_k: int = 0
@@ -95,6 +101,8 @@ class _Loop:
         self.base = Path(config.base)
         if config.kb < 1 or config.kp < 1:
             raise TlmError("--kb and --kp must be at least 1")
+        if config.schedule not in ("cycle", "gain"):
+            raise TlmError(f"unknown schedule {config.schedule!r} (cycle or gain)")
         missing = [f for f in MODEL_FILES if not (self.base / f).is_file()]
         if missing:
             raise TlmError(f"--base {self.base} is not a model directory (missing {', '.join(missing)})")
@@ -230,37 +238,62 @@ class _Loop:
             cands.append(Candidate(task, schedule=sch, proposer="tlm", round=r, sentence=g.sentence))
         return cands, bad
 
+    def _batch(self, r: int) -> tuple[int, list]:
+        """(batch index, tasks) of round r; a `gain` round's choice is saved before it is measured,
+        so a resumed round measures the same tasks."""
+        from tlm.search.loop_state import gain_batch
+
+        b = r % len(self.batches)
+        if self.config.schedule != "gain" or r < len(self.batches):
+            return b, self.batches[b]
+        chosen = self.state.setdefault("chosen", {})
+        if str(r) not in chosen:
+            key = self.target.key
+            picked = gain_batch(self.tasks, max(len(x) for x in self.batches), self.db.best_by_task(key),
+                                self.db.best_before_last_round(key, "tlm"), self.db.counts_by_task(key),
+                                self.config.kp)
+            chosen.clear()  # only the round in flight needs remembering
+            chosen[str(r)] = [t.hash for t in picked]
+            self.wd.save()
+        by_hash = {t.hash: t for t in self.tasks}
+        return -1, [by_hash[h] for h in chosen[str(r)] if h in by_hash]
+
     def _round(self, r: int) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        b = r % len(self.batches)
-        batch = self.batches[b]
+        b, batch = self._batch(r)
+        where = f"batch {b + 1}/{len(self.batches)}" if b >= 0 else "the tasks expected to gain most"
         model = self._newest_model(r)
         gen = self._generator(model)
         kp = self.config.kp
         todo = [(t, self.db.counts_by_round(t.hash, self.target.key, "tlm").get(r, 0)) for t in batch]
         start_wall = self.wd.wall()
         new = errors = gen_fail = 0
+        gen_s = measure_s = 0.0
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TextColumn("{task.fields[status]}"), console=self.console, disable=not self.progress,
                       transient=True) as bar:
-            job = bar.add_task(f"round {r} (batch {b + 1}/{len(self.batches)}, {self._label(model)})",
+            job = bar.add_task(f"round {r} ({where}, {self._label(model)})",
                                total=kp * len(batch), completed=sum(min(kp, h) for _, h in todo), status="")
             for i, (task, have) in enumerate(todo):
                 need = kp - have
                 if need <= 0:
                     continue
                 bar.update(job, status=f"task {i + 1}/{len(batch)} {task.name[:32]}: generating")
+                t0 = time.perf_counter()
                 try:
                     cands, bad = self._candidates(gen, task, need, r, have)
                 except TlmError as err:
                     cands, bad = [], need
                     self.console.print(f"  [yellow]{task.name}[/yellow]: no programs generated: {err}")
+                gen_s += time.perf_counter() - t0
                 gen_fail += bad
                 if cands:
                     bar.update(job, status=f"task {i + 1}/{len(batch)} {task.name[:32]}: measuring {len(cands)}")
+                    t0 = time.perf_counter()
                     results = self._get_measurer().measure(cands)
                     self.db.add_results(results, self.target.key)
+                    measure_s += time.perf_counter() - t0
                     new += len(results)
                     errors += sum(1 for res in results if not res.ok)
                     self.measured_now += len(results)
@@ -272,11 +305,12 @@ class _Loop:
                               self.db.best_by_task(self.target.key))
         self.wd.commit_round({
             "round": r, "batch": b, "tasks": len(batch), "model": self._label(model), "measured": new,
-            "errors": errors, "generation_failures": gen_fail, "seconds": round(self.wd.wall() - start_wall, 3)}, point)
+            "errors": errors, "generation_failures": gen_fail, "seconds": round(self.wd.wall() - start_wall, 3),
+            "generate_s": round(gen_s, 3), "measure_s": round(measure_s, 3)}, point)
         write_convergence(self.work, self.state["curve"], self._title())
         norm = f"{point['normalized']:.4f}" if point["normalized"] is not None else "n/a (not every task measured yet)"
         self.console.print(
-            f"round {r}: batch {b + 1}/{len(self.batches)} ({len(batch)} tasks) with {self._label(model)}: "
+            f"round {r}: {where} ({len(batch)} tasks) with {self._label(model)}: "
             f"{new} programs measured ({errors} failed); {point['measurements']} measurements in all; "
             f"total latency {point['total_latency_s'] * 1e3:.3f} ms over {point['tasks_with_program']} tasks; "
             f"normalized {norm}")
@@ -351,7 +385,7 @@ def _cmd_loop(args: argparse.Namespace) -> int:
         max_tasks=args.max_tasks, patience_measurements=args.patience_measurements, ft_steps=args.ft_steps,
         ft_lr=args.ft_lr, ft_batch_size=args.ft_batch_size, ft_loss=args.ft_loss, pipeline=args.pipeline,
         temperature=args.temperature, top_k=args.top_k, seed=args.seed, target=args.target, device=args.device,
-        per_task_demos=args.per_task_demos, measure=measure_config_from_args(args))
+        per_task_demos=args.per_task_demos, schedule=args.schedule, measure=measure_config_from_args(args))
     res = run_loop(cfg, progress=args.progress)
     if args.json:
         json.dump(res, sys.stdout, indent=2)
@@ -385,6 +419,8 @@ def register_cli(sub) -> None:
     p.add_argument("--per-task-demos", type=int, default=1, help="demonstrations per task")
     p.add_argument("--no-pipeline", dest="pipeline", action="store_false",
                    help="wait for each fine-tuning instead of measuring meanwhile")
+    p.add_argument("--schedule", default="cycle", choices=["cycle", "gain"],
+                   help="cycle: batch r mod k_b (the paper's); gain: after one cycle, the tasks expected to gain most")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
