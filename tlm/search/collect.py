@@ -102,6 +102,8 @@ def collect(config: CollectConfig, tasks: list | None = None, progress: bool = T
     loop = config.loop
     target = resolve_target(loop.target)
     loop.target = target.config
+    if not loop.ft_threads:
+        loop.ft_threads = 1 if loop.pipeline else max(1, target.cores)
     if not loop.work:
         loop.work = str(Path("work") / f"collect-{hardware_slug(target.key)}")
     if not loop.base:
@@ -205,8 +207,10 @@ def register_cli(sub) -> None:
     p.add_argument("--schedule", default="gain", choices=["cycle", "gain"],
                    help="gain (default): after one cycle over the batches, the tasks expected to gain most")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--ft-threads", type=int, default=1)
-    p.add_argument("--no-pipeline", dest="pipeline", action="store_false")
+    p.add_argument("--ft-threads", type=int, default=0, help="0: 1 with --pipeline, else every core")
+    p.add_argument("--pipeline", action="store_true",
+                   help="fine-tune while measuring (off by default: on a few cores the fine-tuning process "
+                        "would share the cores the timed programs run on)")
     p.add_argument("--target", default=None)
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", dest="progress", action="store_false")
