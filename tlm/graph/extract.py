@@ -26,13 +26,14 @@ from tlm.graph.tasks import Task, task_from_mod
 # Bump when extraction changes in a way that changes tasks (invalidates the on-disk cache).
 # 2: fast float32 math in legalization, elementwise ops moved before reshapes (tlm.graph.passes).
 # 3: pre-packed (layout-free) weights of matmul tasks (tlm.graph.passes.layout_free).
-EXTRACT_VERSION = 3
+# 4: zero pads folded into convs, 2-D convs in NHWC (tlm.graph.layout).
+EXTRACT_VERSION = 4
 
 
 def _code_digest() -> str:
     """Digest of the code that defines models and extraction: editing it invalidates the cache."""
     here = Path(__file__).parent
-    files = [here / "importer.py", here / "passes.py", here / "extract.py", here / "zoo.py", here / "tasks.py",
+    files = [here / "importer.py", here / "passes.py", here / "layout.py", here / "extract.py", here / "zoo.py", here / "tasks.py",
              *sorted((here / "models").glob("*.py"))]
     return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
 

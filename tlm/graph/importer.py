@@ -29,9 +29,11 @@ class ImportedModel:
     onnx_path: str | None = None
 
 
-def import_torch(module, example_inputs, source: str = "<module>", sink_reshapes: bool = True) -> ImportedModel:
+def import_torch(module, example_inputs, source: str = "<module>", sink_reshapes: bool = True,
+                 conv_layout: str | None = None) -> ImportedModel:
     """Import a torch.nn.Module with torch.export -> Relax (`sink_reshapes=False`: without
-    tlm.graph.passes.sink_reshapes, the benchmarks' "before")."""
+    tlm.graph.passes.sink_reshapes, the benchmarks' "before"; `conv_layout`: "NCHW" or "NHWC",
+    default tlm.graph.layout.CONV_LAYOUT)."""
     import numpy as np
     import torch
     from tvm.relax.frontend.torch import from_exported_program
@@ -63,10 +65,10 @@ def import_torch(module, example_inputs, source: str = "<module>", sink_reshapes
         return out.detach().numpy()
 
     inputs = [x.detach().numpy() for x in example_inputs]
-    return ImportedModel(source, prepare(mod, sink_reshapes), inputs, reference, module, example_inputs)
+    return ImportedModel(source, prepare(mod, sink_reshapes, conv_layout), inputs, reference, module, example_inputs)
 
 
-def import_onnx(path: str) -> ImportedModel:
+def import_onnx(path: str, conv_layout: str | None = None) -> ImportedModel:
     """Import an ONNX file with Relax's ONNX frontend; ONNX Runtime is the reference."""
     import numpy as np
     import onnx
@@ -115,15 +117,15 @@ def import_onnx(path: str) -> ImportedModel:
         sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
         return sess.run(None, dict(zip(shapes, inputs)))[0]
 
-    return ImportedModel(path, prepare(mod), inputs, reference, onnx_path=path)
+    return ImportedModel(path, prepare(mod, conv_layout=conv_layout), inputs, reference, onnx_path=path)
 
 
-def import_source(source: str) -> ImportedModel:
+def import_source(source: str, conv_layout: str | None = None) -> ImportedModel:
     """A zoo workload name (or family name) or a path to an .onnx file."""
     if source.endswith(".onnx") or os.path.exists(source):
-        return import_onnx(source)
+        return import_onnx(source, conv_layout)
     from tlm.graph.zoo import get_workload
 
     workload = get_workload(source)
     module, inputs = workload.build()
-    return import_torch(module, inputs, source=workload.name)
+    return import_torch(module, inputs, source=workload.name, conv_layout=conv_layout)

@@ -2,7 +2,7 @@
 extraction and the whole-model compile run (so tuned records always find their tasks).
 
 - `prepare`: before fusion, target-independent: batch norm decomposed into arithmetic that fuses
-  into convs, constant operands of commutative ops put second (frontend-independent hashes),
+  into convs, zero pads folded into convs and convs in NHWC (tlm.graph.layout), constant operands of commutative ops put second (frontend-independent hashes),
   elementwise ops moved before reshapes so they fuse into the matmul before (`sink_reshapes`).
 - `fuse_passes`: library dispatch, legalization with fast vectorizable math (`FAST_MATH`),
   op patterns, constant folding, FuseOps, FuseTIR, then `layout_free` (pre-packed weights).
@@ -149,14 +149,19 @@ def sink_reshapes(mod):
     return relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(mod))
 
 
-def prepare(mod, sink: bool = True):
-    """Passes before fusion: batch norm becomes arithmetic that fuses into convs; operand order
-    is made frontend-independent; elementwise ops move before reshapes (into matmul epilogues;
+def prepare(mod, sink: bool = True, conv_layout: str | None = None):
+    """Passes before fusion: batch norm becomes arithmetic that fuses into convs; zero pads fold
+    into the convs after them and 2-D convs take `conv_layout` (default
+    `tlm.graph.layout.CONV_LAYOUT`; tlm.graph.layout); operand order is made
+    frontend-independent; elementwise ops move before reshapes (into matmul epilogues;
     `sink=False` leaves them, for the benchmarks' "before")."""
     from tvm import relax
 
+    from tlm.graph.layout import CONV_LAYOUT, convert_conv_layout, fold_pads
+
     mod = relax.transform.DecomposeOpsForInference()(mod)
     mod = relax.transform.CanonicalizeBindings()(mod)
+    mod = convert_conv_layout(fold_pads(mod), conv_layout or CONV_LAYOUT)
     mod = constants_last(mod)
     return sink_reshapes(mod) if sink else mod
 

@@ -6,7 +6,8 @@
 - baselines.py    MetaSchedule's evolutionary search and random programs
 - tlm_tuner.py    the language model as the proposer (greedy program, samples, rounds by weight x latency)
 - tune.py         `tlm tune`: one entry for every tuner
-- loop.py         iterative optimization: generate, measure, fine-tune, in rounds (`tlm loop`)
+- loop.py         iterative optimization: generate, measure, fine-tune, in rounds
+- loop_cli.py     `tlm loop`
 - loop_state.py   the loop's work directory, batches (cycle or gain schedule), stop rule and convergence log
 - collect.py      the data engine: the loop, ingesting and flushing the corpus shards (`tlm collect`, `make collect`)
 """

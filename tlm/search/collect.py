@@ -150,8 +150,12 @@ def collect(config: CollectConfig, tasks: list | None = None, progress: bool = T
             flushed["records"] += rep.records
             log(f"flushed {flushed['records']} records into {flushed['shards']} shards under {corpus}"
                 + (f" ({left} records not flushed)" if left else ""))
+    wall = time.monotonic() - t0
+    log(f"{after - before} programs measured in {wall:.0f} s ({(after - before) / max(wall, 1e-9):.2f} per second, "
+        "generation, fine-tuning and task loading included)")
     return {"corpus": str(corpus), "work": str(work), "stopped": stopped, "ingested_shards": len(got.shards),
-            "ingested_records": got.records, "measured_now": after - before, "flushed_records": flushed["records"],
+            "ingested_records": got.records, "measured_now": after - before, "wall_s": round(wall, 1),
+            "per_second": round((after - before) / max(wall, 1e-9), 3), "flushed_records": flushed["records"],
             "flushed_shards": flushed["shards"], "records": after, "loop": summary}
 
 
