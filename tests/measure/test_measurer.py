@@ -146,3 +146,15 @@ def test_packed_weights_are_measured_and_checked(host):
         np.savez(path, **ref)
         bad = m.measure([Candidate(task, schedule=packed[0].sch, proposer="random")])
         assert bad[0].error.startswith("WrongResult"), bad[0].error
+
+
+def test_timing_budget_cuts_repeats_of_slow_programs(host, matmul32):
+    """A program slower than the timing budget gets one timed repeat (its checked run told how
+    slow it is); without a budget every program gets `repeat`."""
+    schs = _random_schedules(matmul32, host, 1)
+    for budget, want in ((1e-6, 1), (0.0, 4)):
+        cfg = MeasureConfig(repeat=4, min_repeat_ms=1, remeasure_top=0, timing_budget_ms=budget)
+        with Measurer(host, cfg) as m:
+            (res,) = m.measure([Candidate(matmul32, schedule=schs[0], proposer="random")])
+        assert res.ok, res.error
+        assert len(res.latencies_s) == want

@@ -42,6 +42,9 @@ class MeasureConfig:
     run_timeout_s: float = 30.0
     builder_workers: int | None = None  # default: the target's cores
     remeasure_top: int = 2  # the best few of a batch are timed again
+    # > 0: a program whose checked (untimed) run took t ms gets floor(budget / t) timed repeats
+    # (at least 1, at most `repeat`): slow programs, far from the best, cost ~budget, not 5 runs.
+    timing_budget_ms: float = 0.0
     rtol: float = 1e-4  # relative to the largest reference magnitude
     atol: float = 1e-5
     # RPC: measure on devices registered with a TVM tracker instead of this host.
@@ -127,7 +130,7 @@ class Measurer:
         )
         ev = EvaluatorConfig(cfg.number, cfg.repeat, cfg.min_repeat_ms, cfg.enable_cpu_cache_flush)
         local_cls, rpc_cls = runner_classes()
-        tol = (cfg.rtol, cfg.atol)
+        tol = (cfg.rtol, cfg.atol, cfg.timing_budget_ms)  # the output check's tolerances, the timing budget
         if self.rpc:
             rpc_cfg = RPCConfig(
                 tracker_host=cfg.tracker_host, tracker_port=int(cfg.tracker_port or 9190),
@@ -269,7 +272,8 @@ class Measurer:
 
 # ---------------------------------------------------------------- command-line options
 def measure_config_from_args(args: argparse.Namespace) -> MeasureConfig:
-    cfg = MeasureConfig(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms)
+    cfg = MeasureConfig(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms,
+                        timing_budget_ms=getattr(args, "timing_budget_ms", 0.0))
     if args.rpc_tracker:
         host, _, port = args.rpc_tracker.rpartition(":")
         if not host or not port.isdigit():
@@ -282,6 +286,8 @@ def measure_config_from_args(args: argparse.Namespace) -> MeasureConfig:
 def add_measure_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat", type=int, default=5, help="timed repeats per program (median)")
     p.add_argument("--min-repeat-ms", type=int, default=30, help="minimum duration of one repeat")
+    p.add_argument("--timing-budget-ms", type=float, default=0.0,
+                   help="fewer repeats for programs slower than this (0: always --repeat)")
     p.add_argument("--rpc-tracker", default=None, help="HOST:PORT of a TVM RPC tracker to measure on")
     p.add_argument("--rpc-key", default="tlm", help="device key registered with the tracker")
     p.add_argument("--rpc-workers", type=int, default=1, help="parallel RPC sessions")

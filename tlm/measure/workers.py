@@ -15,6 +15,7 @@ check runs that one, so the packing and the compute are both checked.
 from __future__ import annotations
 
 import os
+import time
 
 REF_NAME = "tlm_ref.npz"
 CHECK_FUNC = "tlm_check"
@@ -104,13 +105,19 @@ def _check_and_time(rt_mod, device, cfg, args_info, ref_path, tol) -> list[float
 
     ref = np.load(ref_path) if ref_path and os.path.exists(ref_path) else None
     n = len(args_info)
+    rtol, atol, budget_ms = (tuple(tol) + (0.0,))[:3]
+    repeat = cfg.repeat
     if ref is not None:
         check = _function(rt_mod, CHECK_FUNC) or rt_mod.get_function(rt_mod.entry_name)
         got = tensors([ref[f"in{i}"] for i in range(n)])
+        t0 = time.perf_counter()
         check(*got)
         device.sync()
+        first_ms = (time.perf_counter() - t0) * 1e3
+        if budget_ms and first_ms > 0:
+            repeat = max(1, min(cfg.repeat, int(budget_ms // first_ms)))
         for i, t in enumerate(got):
-            reason = compare(t.numpy(), ref[f"out{i}"], *tol)
+            reason = compare(t.numpy(), ref[f"out{i}"], rtol, atol)
             if reason:
                 raise RuntimeError(f"WrongResult: buffer {i}: {reason}")
     # Timed on the reference inputs where the shapes agree; packed weights get inputs of their own
@@ -126,7 +133,7 @@ def _check_and_time(rt_mod, device, cfg, args_info, ref_path, tol) -> list[float
         func_name=rt_mod.entry_name,
         dev=device,
         number=cfg.number,
-        repeat=cfg.repeat,
+        repeat=repeat,
         min_repeat_ms=cfg.min_repeat_ms,
         f_preproc="cache_flush_cpu_non_first_arg" if cfg.enable_cpu_cache_flush else "",
     )

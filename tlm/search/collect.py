@@ -78,12 +78,20 @@ def _locked(work: Path):
         f.close()
 
 
+class _Stop(Exception):
+    pass
+
+
 @contextmanager
-def _sigterm_as_interrupt():
+def _sigterm_stops(flag: dict):
+    """SIGTERM: stop after the task being measured (its records committed); a second SIGTERM
+    interrupts at once (the records committed so far are flushed either way)."""
     old = signal.getsignal(signal.SIGTERM)
 
     def handler(signum, frame):
-        raise KeyboardInterrupt
+        if flag.get("term"):
+            raise KeyboardInterrupt
+        flag["term"] = True
 
     signal.signal(signal.SIGTERM, handler)
     try:
@@ -123,7 +131,11 @@ def collect(config: CollectConfig, tasks: list | None = None, progress: bool = T
         last = [time.monotonic()]
         flushed = {"shards": 0, "records": 0}
 
+        flag: dict = {}
+
         def after_task(db) -> None:
+            if flag.get("term"):
+                raise _Stop
             if time.monotonic() - last[0] >= config.flush_minutes * 60:
                 rep = flush(db, corpus)
                 flushed["shards"] += len(rep.shards)
@@ -134,13 +146,19 @@ def collect(config: CollectConfig, tasks: list | None = None, progress: bool = T
 
         stopped, summary = None, {}
         try:
-            with _sigterm_as_interrupt():
+            with _sigterm_stops(flag):
                 summary = run_loop(loop, tasks, progress, measurer=measurer, after_task=after_task)
                 stopped = summary.get("stopped")
         except _TimeUp:
             stopped = f"--hours {config.hours:g} reached"
+        except _Stop:
+            stopped = "stopped (SIGTERM)"
         except KeyboardInterrupt:
             stopped = "interrupted"
+        except Exception:
+            if not flag.get("term"):  # TVM may wrap an interrupt in its own error
+                raise
+            stopped = "interrupted (SIGTERM)"
         finally:
             with open_db(str(work / "db")) as db:
                 rep = flush(db, corpus)
@@ -219,7 +237,9 @@ def register_cli(sub) -> None:
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     add_measure_args(p)
-    p.set_defaults(func=_cmd_collect)
+    # Slow programs (far from the best) cost ~400 ms of timing instead of 5 full runs: the
+    # corpus grows faster where precision matters least (tlm.measure.measurer.MeasureConfig).
+    p.set_defaults(func=_cmd_collect, timing_budget_ms=400.0)
 
     p = sub.add_parser("corpus", help="what the measurement corpus holds, per hardware")
     p.add_argument("--corpus", default=DEFAULT_CORPUS)
