@@ -6,7 +6,7 @@ import workloads_tir as w
 
 from tlm.errors import TlmError
 from tlm.measure.shards import corpus_summary, shard_paths
-from tlm.search.collect import CollectConfig, _locked, collect
+from tlm.search.collect import CollectConfig, _locked, _sigterm_stops, collect
 from tlm.search.loop import LoopConfig
 
 
@@ -76,3 +76,16 @@ def test_cli_collect_errors(tmp_path, capsys):
     assert main(["collect", "--hours", "-1"]) != 0
     assert main(["corpus", "--corpus", str(tmp_path / "none")]) == 0
     assert "no shards" in capsys.readouterr().out
+
+
+def test_sigterm_stops_after_the_task_then_interrupts():
+    import os
+    import signal
+
+    flag: dict = {}
+    with _sigterm_stops(flag):
+        os.kill(os.getpid(), signal.SIGTERM)  # first: a flag the collector checks after each task
+        assert flag == {"term": True}
+        with pytest.raises(KeyboardInterrupt):  # second: at once
+            os.kill(os.getpid(), signal.SIGTERM)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
