@@ -119,3 +119,13 @@ def test_parallel_workers(tmp_path, host, small_tasks):
     res = sample(small_tasks, host, per_task=10, out=tmp_path, jobs=2, progress=False)
     assert res["failed"] == [] and res["written"] == 30
     assert len(list(read_shards(tmp_path))) == 30
+
+
+def test_source_sets():
+    from tlm.graph.zoo import list_workloads
+    from tlm.space.sampling import PRETRAIN_SET, expand_sources
+
+    train = expand_sources(["train-set"])
+    assert set(train) == {w.name for w in list_workloads("train")} and len(train) > len(PRETRAIN_SET)
+    assert not set(train) & {w.name for w in list_workloads("test")}
+    assert expand_sources(["pretrain-set", "bert_base"]) == [*PRETRAIN_SET, "bert_base"]

@@ -12,7 +12,8 @@ A start on any machine first ingests every shard of the corpus into the work dat
 of every hardware; each keeps its target key), so a program is never measured twice on the same
 hardware, a fresh work directory on a new machine resumes where the committed corpus stands, and
 a new hardware starts its own rounds. One collector per work directory (a lock file).
-The work directory defaults to `work/collect-<hardware>` (not in git).
+The work directory defaults to `work/collect-<hardware>-<sources>` (not in git). The default
+sources are `train-set`: every workload of the training split, held-out tasks removed.
 """
 
 from __future__ import annotations
@@ -112,8 +113,9 @@ def collect(config: CollectConfig, tasks: list | None = None, progress: bool = T
     loop.target = target.config
     if not loop.ft_threads:
         loop.ft_threads = 1 if loop.pipeline else max(1, target.cores)
-    if not loop.work:
-        loop.work = str(Path("work") / f"collect-{hardware_slug(target.key)}")
+    if not loop.work:  # one work directory per hardware and task set (a loop's tasks never change)
+        sources = "-".join(loop.sources) if len(loop.sources) <= 2 else f"{len(loop.sources)}-sources"
+        loop.work = str(Path("work") / f"collect-{hardware_slug(target.key)}-{sources[:60]}")
     if not loop.base:
         loop.base = str(default_base(target))
     corpus = require_corpus_dir(config.corpus)
@@ -217,9 +219,11 @@ def register_cli(sub) -> None:
 
     p = sub.add_parser("collect", help="the data engine: the iterative loop, flushed to the corpus in git")
     p.add_argument("--corpus", default=DEFAULT_CORPUS, help=f"shard directory (default {DEFAULT_CORPUS})")
-    p.add_argument("--work", default=None, help="work directory (default work/collect-HARDWARE)")
+    p.add_argument("--work", default=None, help="work directory (default work/collect-HARDWARE-SOURCES)")
     p.add_argument("--base", default=None, help="TLM-base model directory (default: the shipped one)")
-    p.add_argument("--sources", nargs="+", default=["pretrain-set"])
+    p.add_argument("--sources", nargs="+", default=["train-set"],
+                   help="workloads whose training tasks are measured (default train-set: every training "
+                        "workload, all batch and input sizes; pretrain-set: one variant per family)")
     p.add_argument("--hours", type=float, default=0.0, help="stop after this long (0: the loop's rules)")
     p.add_argument("--flush-minutes", type=float, default=10.0, help="write new shards at least this often")
     p.add_argument("--kb", type=int, default=4)

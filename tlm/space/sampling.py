@@ -215,10 +215,16 @@ PRETRAIN_SET = (
 
 
 def expand_sources(sources: list[str]) -> list[str]:
-    """`pretrain-set` stands for PRETRAIN_SET; other names pass through."""
+    """`pretrain-set` stands for PRETRAIN_SET, `train-set` for every workload of the training
+    split (all batch sizes and input sizes); other names pass through."""
+    from tlm.graph.zoo import list_workloads
+
     out: list[str] = []
     for s in sources:
-        out.extend(PRETRAIN_SET if s == "pretrain-set" else [s])
+        if s == "train-set":
+            out.extend(w.name for w in list_workloads("train"))
+        else:
+            out.extend(PRETRAIN_SET if s == "pretrain-set" else [s])
     return out
 
 
