@@ -114,6 +114,7 @@ def _write_atomic(path: Path, lines: list[str]) -> None:
             f.write("\n".join(lines) + "\n")
         tmp.flush()
         os.fsync(tmp.fileno())
+    os.chmod(tmp.name, 0o644)  # a temporary file is private; a shard is data like any other
     os.replace(tmp.name, path)
 
 
