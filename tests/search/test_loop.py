@@ -4,7 +4,6 @@ import csv
 import json
 
 import pytest
-import workloads_tir as w
 
 from tlm.errors import TlmError
 from tlm.graph.tasks import Task
@@ -40,32 +39,6 @@ def test_stop_rule():
     assert converged(pts((20, 1.0), (30, 0.995)), 20, 0.01) is None  # not N measurements yet
     assert converged(pts((10, 1.0), (20, 0.9), (30, 0.895)), 10, 0.01).startswith("converged")
     assert converged([], 10, 0.01) is None
-
-
-@pytest.fixture(scope="module")
-def tasks():
-    return [w.matmul(16), w.softmax()]
-
-
-@pytest.fixture(scope="module")
-def base_dir(tmp_path_factory, tasks, host):
-    from tlm.model.lm import build_tokenizer, new_model, save_model, space_words
-    from tlm.space.sampling import target_id
-
-    tok = build_tokenizer(space_words(tasks, host, walks=2))
-    out = tmp_path_factory.mktemp("base")
-    save_model(new_model("tiny", tok.get_vocab_size(), seed=1), tok, out,
-               {"preset": "tiny", "target": host.config, "target_id": target_id(host)})
-    return out
-
-
-@pytest.fixture(scope="module")
-def measurer(host):
-    """One measurer for the module: starting its worker pools is the slow part of a tiny loop."""
-    from tlm.measure.measurer import MeasureConfig, Measurer
-
-    with Measurer(host, MeasureConfig(repeat=2, min_repeat_ms=1, remeasure_top=0)) as m:
-        yield m
 
 
 def _config(base, work, **kw):
