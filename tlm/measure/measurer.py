@@ -25,7 +25,7 @@ from typing import Any
 from tlm.errors import TlmError
 from tlm.graph.target import TargetInfo, resolve_target
 from tlm.graph.tasks import Task
-from tlm.measure.workers import (builder_class, build_in_worker, make_inputs, ref_beside, runner_classes,
+from tlm.measure.workers import (CheckConfig, builder_class, build_in_worker, make_inputs, ref_beside, runner_classes,
                                 warm_worker)
 from tlm.space.design import plain_json
 
@@ -130,19 +130,19 @@ class Measurer:
         )
         ev = EvaluatorConfig(cfg.number, cfg.repeat, cfg.min_repeat_ms, cfg.enable_cpu_cache_flush)
         local_cls, rpc_cls = runner_classes()
-        tol = (cfg.rtol, cfg.atol, cfg.timing_budget_ms)  # the output check's tolerances, the timing budget
+        check = CheckConfig(cfg.rtol, cfg.atol, cfg.timing_budget_ms)
         if self.rpc:
             rpc_cfg = RPCConfig(
                 tracker_host=cfg.tracker_host, tracker_port=int(cfg.tracker_port or 9190),
                 tracker_key=cfg.tracker_key or "tlm", session_timeout_sec=cfg.rpc_session_timeout_s,
             )
             self._runner = rpc_cls(
-                tol=tol, timeout_sec=cfg.rpc_session_timeout_s + cfg.run_timeout_s,
+                check=check, timeout_sec=cfg.rpc_session_timeout_s + cfg.run_timeout_s,
                 rpc_config=rpc_cfg, evaluator_config=ev, max_workers=cfg.rpc_workers,
             )
         else:
             self._runner = local_cls(
-                tol=tol, timeout_sec=cfg.run_timeout_s, evaluator_config=ev, initializer=warm_worker
+                check=check, timeout_sec=cfg.run_timeout_s, evaluator_config=ev, initializer=warm_worker
             )
 
     def reference(self, task: Task) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 
 REF_NAME = "tlm_ref.npz"
 CHECK_FUNC = "tlm_check"
@@ -91,7 +92,18 @@ def compare(got, want, rtol: float, atol: float) -> str | None:
     return f"max abs diff {diff:.3g} > {limit:.3g}" if not diff <= limit else None
 
 
-def _check_and_time(rt_mod, device, cfg, args_info, ref_path, tol) -> list[float]:
+@dataclass(frozen=True)
+class CheckConfig:
+    """What the run worker needs beyond MetaSchedule's EvaluatorConfig: the output check's
+    tolerances, and the timing budget (> 0: a program whose checked run took t ms gets
+    floor(budget / t) timed repeats, at least 1, at most the evaluator's `repeat`)."""
+
+    rtol: float = 1e-4
+    atol: float = 1e-5
+    timing_budget_ms: float = 0.0
+
+
+def _check_and_time(rt_mod, device, cfg, args_info, ref_path, check_cfg: CheckConfig) -> list[float]:
     import numpy as np
     import tvm
 
@@ -105,7 +117,7 @@ def _check_and_time(rt_mod, device, cfg, args_info, ref_path, tol) -> list[float
 
     ref = np.load(ref_path) if ref_path and os.path.exists(ref_path) else None
     n = len(args_info)
-    rtol, atol, budget_ms = (tuple(tol) + (0.0,))[:3]
+    budget_ms = check_cfg.timing_budget_ms
     repeat = cfg.repeat
     if ref is not None:
         check = _function(rt_mod, CHECK_FUNC) or rt_mod.get_function(rt_mod.entry_name)
@@ -117,7 +129,7 @@ def _check_and_time(rt_mod, device, cfg, args_info, ref_path, tol) -> list[float
         if budget_ms and first_ms > 0:
             repeat = max(1, min(cfg.repeat, int(budget_ms // first_ms)))
         for i, t in enumerate(got):
-            reason = compare(t.numpy(), ref[f"out{i}"], rtol, atol)
+            reason = compare(t.numpy(), ref[f"out{i}"], check_cfg.rtol, check_cfg.atol)
             if reason:
                 raise RuntimeError(f"WrongResult: buffer {i}: {reason}")
     # Timed on the reference inputs where the shapes agree; packed weights get inputs of their own
@@ -145,15 +157,15 @@ def ref_beside(artifact_path: str) -> str:
     return os.path.join(os.path.dirname(artifact_path), REF_NAME)
 
 
-def local_run_worker(cfg, tol, artifact_path, device_type, args_info) -> list[float]:
+def local_run_worker(cfg, check_cfg, artifact_path, device_type, args_info) -> list[float]:
     import tvm
 
     rt_mod = tvm.runtime.load_module(artifact_path)
     device = tvm.runtime.device(device_type, 0)
-    return _check_and_time(rt_mod, device, cfg, args_info, ref_beside(artifact_path), tol)
+    return _check_and_time(rt_mod, device, cfg, args_info, ref_beside(artifact_path), check_cfg)
 
 
-def rpc_run_worker(rpc_config, cfg, tol, artifact_path, device_type, args_info) -> list[float]:
+def rpc_run_worker(rpc_config, cfg, check_cfg, artifact_path, device_type, args_info) -> list[float]:
     from tvm.s_tir.meta_schedule.runner import rpc_runner
 
     session = rpc_config.connect_server()
@@ -161,7 +173,7 @@ def rpc_run_worker(rpc_config, cfg, tol, artifact_path, device_type, args_info) 
     try:
         device = session.device(device_type, 0)
         rt_mod = rpc_runner.default_upload_module(session, artifact_path, remote_path)
-        return _check_and_time(rt_mod, device, cfg, args_info, ref_beside(artifact_path), tol)
+        return _check_and_time(rt_mod, device, cfg, args_info, ref_beside(artifact_path), check_cfg)
     finally:
         rpc_runner.default_cleanup(session, remote_path)
 
@@ -230,15 +242,15 @@ def runner_classes():
 
     @derived_object
     class CheckingLocalRunner(LocalRunner._cls):
-        def __init__(self, tol: tuple = (1e-4, 1e-5), **kwargs):
+        def __init__(self, check: CheckConfig = CheckConfig(), **kwargs):
             super().__init__(**kwargs)
-            self.tol = tol
+            self.check = check
 
         def run(self, runner_inputs):
             futures = []
             for inp in runner_inputs:
                 fut = self.pool.submit(
-                    local_run_worker, self.evaluator_config, self.tol, str(inp.artifact_path),
+                    local_run_worker, self.evaluator_config, self.check, str(inp.artifact_path),
                     str(inp.device_type), tuple(a.as_json() for a in inp.args_info),
                 )
                 try:
@@ -252,9 +264,9 @@ def runner_classes():
 
     @derived_object
     class CheckingRPCRunner(RPCRunner._cls):
-        def __init__(self, tol: tuple = (1e-4, 1e-5), timeout_sec: float = 120, **kwargs):
+        def __init__(self, check: CheckConfig = CheckConfig(), timeout_sec: float = 120, **kwargs):
             super().__init__(**kwargs)
-            self.tol = tol
+            self.check = check
             # RPCRunner's pool has no timeout: with no free server the tracker request would
             # block forever. A timed-out session becomes the candidate's error instead.
             self.pool.shutdown()
@@ -265,7 +277,7 @@ def runner_classes():
             return [
                 RPCRunnerFuture(
                     self.pool.submit(
-                        rpc_run_worker, self.rpc_config, self.evaluator_config, self.tol,
+                        rpc_run_worker, self.rpc_config, self.evaluator_config, self.check,
                         str(inp.artifact_path), str(inp.device_type),
                         tuple(a.as_json() for a in inp.args_info),
                     ),
