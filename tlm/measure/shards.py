@@ -28,6 +28,7 @@ import json
 import lzma
 import os
 import re
+import statistics
 import tempfile
 import time
 import uuid
@@ -235,8 +236,6 @@ def ingest(db: Database, corpus: str | os.PathLike) -> IngestReport:
                 task = Task.from_json(t)
                 conn.execute("INSERT OR IGNORE INTO workloads VALUES (?, ?, ?, ?)",
                              (task.hash, task.name, json.dumps(task.to_json()), task.mod_json))
-            import statistics
-
             for r in records:
                 median = statistics.median(r["lat"]) if r["lat"] and not r.get("err") else None
                 trace = r.get("trace")
