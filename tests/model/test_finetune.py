@@ -136,6 +136,27 @@ def test_one_round_raises_demonstration_logprob(base_dir, tasks, host, tmp_path)
 
 
 @pytest.mark.tvm
+def test_weighted_demonstrations(base_dir, tasks, host, tmp_path):
+    """Weights scale each demonstration's share of the loss: a common factor changes nothing, a
+    zero-weight demonstration is not learned, bad weights are refused."""
+    from dataclasses import replace
+
+    from tlm.model.finetune import as_demos, finetune
+
+    demos = as_demos(_demos(tasks, host), host)
+    cfg = FinetuneConfig(steps=6, lr=3e-3, batch_size=2, seed=3)
+    plain = _scores(finetune(base_dir, demos, tmp_path / "plain", cfg), demos)
+    doubled = _scores(finetune(base_dir, [replace(d, weight=2.0) for d in demos], tmp_path / "x2", cfg), demos)
+    assert doubled == pytest.approx(plain, rel=1e-4)
+    before = _scores(base_dir, demos)
+    zero = _scores(finetune(base_dir, [demos[0], replace(demos[1], weight=0.0)], tmp_path / "z", cfg), demos)
+    assert zero[0] > before[0] + 1 and abs(zero[1] - before[1]) < abs(plain[1] - before[1])
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(TlmError):
+            finetune(base_dir, [replace(d, weight=bad) for d in demos], tmp_path / "bad", cfg)
+
+
+@pytest.mark.tvm
 def test_demonstrations_pick_the_best_and_convert_traces(tasks, host, tmp_path):
     from tlm.measure.database import open_db
     from tlm.model.finetune import demo_records, demonstrations

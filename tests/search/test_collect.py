@@ -58,8 +58,12 @@ def test_sigterm_stops_after_the_task_then_interrupts():
 
     flag: dict = {}
     with _sigterm_stops(flag):
-        os.kill(os.getpid(), signal.SIGTERM)  # first: a flag the collector checks after each task
-        assert flag == {"term": True}
+        with pytest.raises(KeyboardInterrupt):  # still loading tasks: nothing to finish, stop at once
+            os.kill(os.getpid(), signal.SIGTERM)
+    flag = {"started": True}
+    with _sigterm_stops(flag):
+        os.kill(os.getpid(), signal.SIGTERM)  # measuring: a flag the collector checks after each task
+        assert flag == {"started": True, "term": True}
         with pytest.raises(KeyboardInterrupt):  # second: at once
             os.kill(os.getpid(), signal.SIGTERM)
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

@@ -34,6 +34,7 @@ class Demo:
     kind: str = ""
     median_s: float | None = None
     proposer: str = ""
+    weight: float = 1.0  # how much its tokens count in the fine-tuning loss (tlm.model.finetune)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

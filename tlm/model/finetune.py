@@ -109,6 +109,9 @@ def finetune(base_dir: str | Path, demos, out_dir: str | Path, config: FinetuneC
         raise TlmError("no demonstrations to fine-tune on")
     cfg = cfg0.resolved(len(demos), lm.meta.get("preset"))
     rows = [encode_demo(lm.vocab, d, cfg.loss) for d in demos]
+    weights = [float(d.weight) for d in demos]
+    if any(not math.isfinite(w) or w < 0 for w in weights) or not any(weights):
+        raise TlmError("demonstration weights must be finite, non-negative and not all zero")
     trainable = sum(sum(1 for x in lab[1:] if x != -100) for _, lab in rows)
     if not trainable:
         raise TlmError("the demonstrations have no trainable tokens")
@@ -134,14 +137,17 @@ def finetune(base_dir: str | Path, demos, out_dir: str | Path, config: FinetuneC
             if b == 0:  # batch order: a pure function of (seed, epoch)
                 order = list(range(len(rows)))
                 random.Random(cfg.seed * 1000003 + epoch).shuffle(order)
-            batch = [rows[i] for i in order[b * size : (b + 1) * size]]
+            picked = order[b * size : (b + 1) * size]
             torch.manual_seed(cfg.seed * 7919 + step)  # dropout
-            ids, attn, labels = pad_batch(batch, lm.vocab.pad, cfg.device)
+            ids, attn, labels = pad_batch([rows[i] for i in picked], lm.vocab.pad, cfg.device)
             logp, mask = token_logprobs(model, ids, attn, labels)
-            n = int(mask.sum())
+            # a weighted mean over tokens: [B] weights times [B, T] token log-probs; all weights 1
+            # gives the plain token mean
+            w = torch.tensor([weights[i] for i in picked], device=logp.device, dtype=logp.dtype)
+            n = float((mask.sum(-1) * w).sum())
             if n == 0:
                 continue
-            loss = -logp.sum() / n
+            loss = -(logp.sum(-1) * w).sum() / n
             last = optimizer_step(model, opt, loss, cfg.lr * _lr_factor(step, cfg))
             first = last if first is None else first
             if step % max(1, cfg.steps // 20) == 0 or step == cfg.steps - 1:

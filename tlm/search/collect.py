@@ -85,12 +85,14 @@ class _Stop(Exception):
 
 @contextmanager
 def _sigterm_stops(flag: dict):
-    """SIGTERM: stop after the task being measured (its records committed); a second SIGTERM
-    interrupts at once (the records committed so far are flushed either way)."""
+    """SIGTERM: stop after the task being measured (its records committed); a second SIGTERM, or
+    one before the loop has started measuring (loading tasks), interrupts at once (the records
+    committed so far are flushed either way)."""
     old = signal.getsignal(signal.SIGTERM)
 
     def handler(signum, frame):
-        if flag.get("term"):
+        if flag.get("term") or not flag.get("started"):
+            flag["term"] = True
             raise KeyboardInterrupt
         flag["term"] = True
 
@@ -136,6 +138,7 @@ def collect(config: CollectConfig, tasks: list | None = None, progress: bool = T
         flag: dict = {}
 
         def after_task(db) -> None:
+            flag["started"] = True
             if flag.get("term"):
                 raise _Stop
             if time.monotonic() - last[0] >= config.flush_minutes * 60:

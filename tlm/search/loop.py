@@ -116,7 +116,9 @@ class _Loop:
         self._own_measurer = measurer is None
         self._gen: tuple[str, Any] | None = None
         self.measured_now = 0
-        self.after_task = after_task  # called with the database after each task's results are committed
+        # called with the database at every checkpoint: once the tasks are loaded, and after each
+        # task's results are committed
+        self.after_task = after_task
 
     def _load_tasks(self) -> list:
         if not self.config.sources:
@@ -327,6 +329,8 @@ class _Loop:
             f"{self.patience} measurements; {'pipelined' if c.pipeline else 'sequential'} fine-tuning")
         if self.state["next_round"]:
             self.console.print(f"  resuming at round {self.state['next_round']}")
+        if self.after_task is not None:
+            self.after_task(self.db)
         self._resume_finetune()
         self.state["stopped"] = None
         while (reason := stop_reason(self.state, c.rounds, self.patience, c.min_gain, len(self.batches))) is None:

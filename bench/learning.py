@@ -1,0 +1,258 @@
+"""Which way of learning from the corpus makes the best TLM on held-out tasks (issue 15, item 2)?
+
+    .venv/bin/python bench/learning.py [--corpus data/corpus] [--work DIR] [--tasks 20] [--k 10] [--n 16]
+
+1. Every committed shard of the corpus is ingested into WORK/corpus-db; the training tasks are
+   the tasks with correct records on this hardware.
+2. Held-out tasks: of the evaluation workloads (test split), the largest task (weight x flops)
+   of every kind, then the largest others, up to --tasks; a task the corpus holds is refused.
+3. TLM-base is fine-tuned with one config and seed on the demonstrations of each method:
+     best1     the single best program per task (the paper's SFT)
+     top4      the 4 best distinct programs per task, equal weights
+     speed     the 8 best per task, each weighted by (task's best latency / its latency)^4
+4. For the base and each model, per held-out task: --n distinct programs generated with one
+   seed (the same for every model). Contenders: TLM@k = best measured of the first k; TLM@0
+   greedy = word-by-word argmax; TLM@0 logprob = the highest generation log-prob of the n
+   samples (pick without measuring); random@k = k random programs of the task's space.
+   A task's programs of all contenders are measured in one interleaved batch, each distinct
+   program once, in WORK/eval-db (resumable; never written to the corpus: held-out tasks).
+5. Scores per contender: geometric mean over tasks of (its best latency / the best latency any
+   contender found) and the weighted total latency relative to random@k; lower is better.
+
+Writes OUT/learning.json and OUT/learning.md (default OUT: bench/results).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+METHODS = {  # name: (programs per task, speed-weight exponent; 0 = equal weights)
+    "best1": (1, 0.0),
+    "top4": (4, 0.0),
+    "speed": (8, 4.0),
+}
+EVAL_WORKLOADS = ["bert_base", "gpt2", "resnet_50", "mobilenet_v2", "bert_tiny", "dcgan"]
+
+
+def heldout_tasks(workloads: list[str], corpus_db, n: int, target) -> list:
+    """Up to n tasks of the workloads, none in the corpus: per kind the largest, then the largest."""
+    from tlm.graph.extract import tasks_for_source
+
+    seen: dict[str, object] = {}
+    for w in workloads:
+        for t in tasks_for_source(w, target=target).tasks:
+            if corpus_db.task(t.hash) is None:
+                seen.setdefault(t.hash, t)
+    size = sorted(seen.values(), key=lambda t: -t.weight * t.flops)
+    firsts: dict[str, object] = {}
+    for t in size:
+        firsts.setdefault(t.kind, t)
+    picked = list(firsts.values())[:n]
+    picked += [t for t in size if t not in picked][: n - len(picked)]
+    return picked
+
+
+def method_demos(db, tasks, target, per_task: int, power: float) -> list:
+    """Demonstrations of a method: the per_task best of each task, weighted by speed^power."""
+    from dataclasses import replace
+
+    from tlm.model.demos import demo_records
+
+    demos = demo_records(db, tasks, target, per_task)
+    best: dict[str, float] = {}
+    for d in demos:
+        best[d.task_hash] = min(best.get(d.task_hash, math.inf), d.median_s)
+    return [replace(d, weight=(best[d.task_hash] / d.median_s) ** power) if power else d for d in demos]
+
+
+def _geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+class Bench:
+    """The evaluation database and measurer: each (task, sentence) is measured once."""
+
+    def __init__(self, work: Path, target, measure_cfg):
+        from tlm.measure.database import open_db
+        from tlm.measure.measurer import Measurer
+
+        self.target, self.db = target, open_db(str(work / "eval-db"))
+        self.measurer = Measurer(target, measure_cfg)
+
+    def latencies(self, task, sentences: list[str]) -> dict[str, float]:
+        """Median latency (inf: invalid or wrong) of every sentence, measuring the new ones together."""
+        from tlm.errors import TlmError
+        from tlm.measure.measurer import Candidate
+        from tlm.space.design import task_space
+        from tlm.space.language import parse
+
+        self.db.add_task(task)
+        known = {r.sentence: r for r in self.db.records(task.hash, self.target.key) if r.sentence}
+        cands, out = [], {}
+        for s in dict.fromkeys(sentences):
+            if s in known:
+                continue
+            try:
+                sch = parse(s, task, self.target, space=task_space(task, self.target)).sch
+            except TlmError:
+                out[s] = math.inf
+                continue
+            cands.append(Candidate(task, schedule=sch, proposer="bench-learning", sentence=s))
+        if cands:
+            self.db.add_results(self.measurer.measure(cands), self.target.key)
+            known = {r.sentence: r for r in self.db.records(task.hash, self.target.key) if r.sentence}
+        for s in sentences:
+            r = known.get(s)
+            out.setdefault(s, math.inf if r is None or r.error or r.median_s is None else r.median_s)
+        return out
+
+    def close(self) -> None:
+        self.measurer.close()
+        self.db.close()
+
+
+def programs(gen, task, n: int, seed: int) -> dict[str, list[str]]:
+    """{"samples": n distinct sentences in try order, "greedy": [1], "logprob": [the most likely]}."""
+    samples = gen.generate(task, n, seed=seed)
+    greedy = gen.generate(task, 1, greedy=True)
+    out = {"samples": [g.sentence for g in samples], "greedy": [g.sentence for g in greedy[:1]]}
+    out["logprob"] = [max(samples, key=lambda g: g.logprob).sentence] if samples else []
+    return out
+
+
+def random_sentences(task, target, k: int, seed: int) -> list[str]:
+    from tlm.space.sampling import sample_task, task_seed
+
+    return [r["sentence"] for r in sample_task(task, target, k, task_seed(seed, task.hash)).records]
+
+
+def score(per_task: list[dict], contenders: list[str], reference: str) -> dict[str, dict]:
+    """Per contender: geomean of best / best of all, weighted total relative to `reference`."""
+    out = {}
+    ref_total = sum(t["weight"] * t["best"][reference] for t in per_task if math.isfinite(t["best"][reference]))
+    for c in contenders:
+        lat = [t["best"][c] for t in per_task]
+        oracle = [min(v for v in t["best"].values()) for t in per_task]
+        both = [(t, x) for t, x in zip(per_task, lat) if math.isfinite(x) and math.isfinite(t["best"][reference])]
+        out[c] = {"geomean_vs_best": _geomean([x / o for x, o in zip(lat, oracle) if math.isfinite(x)]),
+                  "total_vs_" + reference: (sum(t["weight"] * x for t, x in both) / ref_total) if ref_total else None,
+                  "tasks_with_program": sum(math.isfinite(x) for x in lat)}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--corpus", default=str(ROOT / "data" / "corpus"))
+    p.add_argument("--base", default=None, help="TLM-base (default: the shipped one for this target)")
+    p.add_argument("--work", default=None, help="models and databases (default work/learning-<hardware>)")
+    p.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    p.add_argument("--workloads", nargs="+", default=EVAL_WORKLOADS)
+    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    p.add_argument("--tasks", type=int, default=20)
+    p.add_argument("--k", type=int, default=10, help="measured programs per task of TLM@k and random@k")
+    p.add_argument("--n", type=int, default=16, help="samples per task (TLM@0 logprob picks among them)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timing-budget-ms", type=float, default=400.0)
+    args = p.parse_args(argv)
+
+    from tlm.graph.target import resolve_target
+    from tlm.measure.database import open_db
+    from tlm.measure.measurer import MeasureConfig
+    from tlm.measure.shards import corpus_summary, hardware_slug, ingest
+    from tlm.model.finetune import FinetuneConfig, finetune, model_done
+    from tlm.model.generate import Generator
+    from tlm.search.collect import default_base
+
+    target = resolve_target(None)
+    work = Path(args.work or ROOT / "work" / f"learning-{hardware_slug(target.key)}")
+    base = Path(args.base) if args.base else default_base(target)
+    t0 = time.time()
+    with open_db(str(work / "corpus-db")) as cdb:
+        ingest(cdb, args.corpus)
+        train = [t for h in sorted(cdb.best_by_task(target.key)) if (t := cdb.task(h)) is not None]
+        held = heldout_tasks(args.workloads, cdb, args.tasks, target)
+        demos = {m: method_demos(cdb, train, target, *METHODS[m]) for m in args.methods}
+        n_records = len(cdb.records(target_key=target.key))
+    models, ft_info = {"base": base}, {}
+    for m in args.methods:
+        out = work / "models" / f"{m}-{n_records}"
+        if not model_done(out):
+            finetune(base, demos[m], out, FinetuneConfig(seed=args.seed), progress=True)
+        models[m] = out
+        rep = json.loads((out / "finetune.json").read_text())
+        ft_info[m] = {"demonstrations": rep["demonstrations"], "steps": rep["config"]["steps"],
+                      "seconds": rep["seconds"], "final_loss": rep["final_loss"]}
+        print(f"{m}: {rep['demonstrations']} demonstrations, {rep['config']['steps']} steps, {rep['seconds']:.0f} s")
+
+    gens = {name: Generator.from_dir(path, target) for name, path in models.items()}
+    k = args.k
+    contenders = [f"random@{k}"] + [f"{g}:{c}" for g in gens for c in (f"TLM@{k}", "TLM@0 greedy", "TLM@0 logprob")]
+    bench = Bench(work, target, MeasureConfig(timing_budget_ms=args.timing_budget_ms))
+    per_task = []
+    try:
+        for i, task in enumerate(held):
+            progs = {g: programs(gen, task, args.n, args.seed) for g, gen in gens.items()}
+            rand = random_sentences(task, target, k, args.seed)
+            wanted = rand + [s for pr in progs.values() for s in pr["samples"][:k] + pr["greedy"] + pr["logprob"]]
+            lat = bench.latencies(task, wanted)
+            best = {f"random@{k}": min((lat[s] for s in rand), default=math.inf)}
+            for g, pr in progs.items():
+                best[f"{g}:TLM@{k}"] = min((lat[s] for s in pr["samples"][:k]), default=math.inf)
+                best[f"{g}:TLM@0 greedy"] = min((lat[s] for s in pr["greedy"]), default=math.inf)
+                best[f"{g}:TLM@0 logprob"] = min((lat[s] for s in pr["logprob"]), default=math.inf)
+            per_task.append({"task": task.name, "kind": task.kind, "hash": task.hash, "weight": task.weight,
+                             "best": best})
+            print(f"[{i + 1}/{len(held)}] {task.name}: " + ", ".join(
+                f"{c} {v * 1e6:.0f}" for c, v in best.items() if c.endswith(f"TLM@{k}") or c.startswith("random")))
+    finally:
+        bench.close()
+    res = {"settings": {**vars(args), "base": str(base), "cpu": target.cpu, "hardware": hardware_slug(target.key),
+                        "host": platform.node(), "seconds": round(time.time() - t0)},
+           "corpus": corpus_summary(args.corpus), "train_tasks": len(train), "train_records": n_records,
+           "finetune": ft_info, "tasks": per_task,
+           "scores": score(per_task, contenders, f"random@{k}")}
+    write_report(res, Path(args.out), contenders)
+    return 0
+
+
+def _fmt(x, spec=".3f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def write_report(res: dict, out: Path, contenders: list[str]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "learning.json").write_text(json.dumps(res, indent=1, default=str))
+    s, k = res["settings"], res["settings"]["k"]
+    ref = f"total_vs_random@{k}"
+    lines = ["# Learning from the corpus: which demonstrations, which TLM@0 pick", "",
+             f"Corpus: {res['train_records']} records over {res['train_tasks']} training tasks on {s['hardware']}; "
+             f"{len(res['tasks'])} held-out tasks of {', '.join(s['workloads'])} (largest per kind, then largest). "
+             f"Base `{Path(s['base']).name}`, fine-tuned with the default config, seed {s['seed']}; "
+             f"{s['n']} samples per task, one seed for all models. Every program measured once (timing budget "
+             f"{s['timing_budget_ms']:g} ms), a task's programs of all contenders in one batch. {s['seconds']} s.", "",
+             f"Command: `.venv/bin/python bench/learning.py --tasks {s['tasks']} --k {k} --n {s['n']}`", "",
+             "| method | demonstrations | steps | fine-tune s |", "|---|---:|---:|---:|"]
+    for m, f in res["finetune"].items():
+        lines.append(f"| {m} | {f['demonstrations']} | {f['steps']} | {f['seconds']:.0f} |")
+    lines += ["", f"Lower is better. `vs best`: geometric mean over tasks of the contender's best latency over the "
+              f"best any contender found; `total vs random@{k}`: weighted total latency over random@{k}'s.", "",
+              f"| contender | vs best | total vs random@{k} | tasks with a program |", "|---|---:|---:|---:|"]
+    for c in contenders:
+        r = res["scores"][c]
+        lines.append(f"| {c} | {_fmt(r['geomean_vs_best'])} | {_fmt(r[ref])} | {r['tasks_with_program']}/{len(res['tasks'])} |")
+    (out / "learning.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {out / 'learning.md'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
