@@ -5,9 +5,11 @@
 1. Every committed shard of the corpus is ingested into WORK/corpus-db; the training tasks are
    the tasks with correct records on this hardware.
 2. Held-out tasks: of the evaluation workloads (test split), the largest task (weight x flops)
-   of every kind, then the largest others, up to --tasks; a task the corpus holds is refused.
-3. TLM-base is fine-tuned with one config and seed on the demonstrations of each method:
-     best1     the single best program per task (the paper's SFT)
+   of every kind, then the largest others, up to --tasks; a task the corpus holds is refused,
+   and so is a task whose space has fewer than k programs (a reshape: nothing to search).
+3. TLM-base is fine-tuned with one seed on the demonstrations of each method:
+     best1     the single best program per task (the paper's SFT), the default config
+     best1x    the same demonstrations trained harder: 10 epochs at 3x the learning rate
      top4      the 4 best distinct programs per task, equal weights
      speed     the 8 best per task, each weighted by (task's best latency / its latency)^4
 4. For the base and each model, per held-out task: --n distinct programs generated with one
@@ -35,16 +37,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-METHODS = {  # name: (programs per task, speed-weight exponent; 0 = equal weights)
-    "best1": (1, 0.0),
-    "top4": (4, 0.0),
-    "speed": (8, 4.0),
+METHODS = {  # name: (programs per task, speed-weight exponent (0: equal weights), epochs, lr factor)
+    "best1": (1, 0.0, 3.0, 1.0),
+    "best1x": (1, 0.0, 10.0, 3.0),
+    "top4": (4, 0.0, 3.0, 1.0),
+    "speed": (8, 4.0, 3.0, 1.0),
 }
 EVAL_WORKLOADS = ["bert_base", "gpt2", "resnet_50", "mobilenet_v2", "bert_tiny", "dcgan"]
 
 
-def heldout_tasks(workloads: list[str], corpus_db, n: int, target) -> list:
-    """Up to n tasks of the workloads, none in the corpus: per kind the largest, then the largest."""
+def heldout_tasks(workloads: list[str], corpus_db, n: int, target, k: int, seed: int) -> list:
+    """Up to n tasks of the workloads, none in the corpus, each with at least k programs: per kind
+    the largest, then the largest."""
     from tlm.graph.extract import tasks_for_source
 
     seen: dict[str, object] = {}
@@ -56,8 +60,10 @@ def heldout_tasks(workloads: list[str], corpus_db, n: int, target) -> list:
     firsts: dict[str, object] = {}
     for t in size:
         firsts.setdefault(t.kind, t)
-    picked = list(firsts.values())[:n]
-    picked += [t for t in size if t not in picked][: n - len(picked)]
+    picked: list = []
+    for t in list(firsts.values()) + [t for t in size if t not in firsts.values()]:
+        if len(picked) < n and len(random_sentences(t, target, k, seed)) >= k:
+            picked.append(t)
     return picked
 
 
@@ -171,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     from tlm.measure.shards import corpus_summary, hardware_slug, ingest
     from tlm.model.finetune import FinetuneConfig, finetune, model_done
     from tlm.model.generate import Generator
+    from tlm.model.lm import read_meta
     from tlm.search.collect import default_base
 
     target = resolve_target(None)
@@ -180,18 +187,20 @@ def main(argv: list[str] | None = None) -> int:
     with open_db(str(work / "corpus-db")) as cdb:
         ingest(cdb, args.corpus)
         train = [t for h in sorted(cdb.best_by_task(target.key)) if (t := cdb.task(h)) is not None]
-        held = heldout_tasks(args.workloads, cdb, args.tasks, target)
-        demos = {m: method_demos(cdb, train, target, *METHODS[m]) for m in args.methods}
+        held = heldout_tasks(args.workloads, cdb, args.tasks, target, args.k, args.seed)
+        demos = {m: method_demos(cdb, train, target, *METHODS[m][:2]) for m in args.methods}
         n_records = len(cdb.records(target_key=target.key))
     models, ft_info = {"base": base}, {}
     for m in args.methods:
         out = work / "models" / f"{m}-{n_records}"
         if not model_done(out):
-            finetune(base, demos[m], out, FinetuneConfig(seed=args.seed), progress=True)
+            epochs, lr_factor = METHODS[m][2:]
+            lr = FinetuneConfig().resolved(1, read_meta(base).get("preset")).lr * lr_factor
+            finetune(base, demos[m], out, FinetuneConfig(seed=args.seed, epochs=epochs, lr=lr), progress=True)
         models[m] = out
         rep = json.loads((out / "finetune.json").read_text())
         ft_info[m] = {"demonstrations": rep["demonstrations"], "steps": rep["config"]["steps"],
-                      "seconds": rep["seconds"], "final_loss": rep["final_loss"]}
+                      "lr": rep["config"]["lr"], "seconds": rep["seconds"], "final_loss": rep["final_loss"]}
         print(f"{m}: {rep['demonstrations']} demonstrations, {rep['config']['steps']} steps, {rep['seconds']:.0f} s")
 
     gens = {name: Generator.from_dir(path, target) for name, path in models.items()}
@@ -241,15 +250,23 @@ def write_report(res: dict, out: Path, contenders: list[str]) -> None:
              f"{s['n']} samples per task, one seed for all models. Every program measured once (timing budget "
              f"{s['timing_budget_ms']:g} ms), a task's programs of all contenders in one batch. {s['seconds']} s.", "",
              f"Command: `.venv/bin/python bench/learning.py --tasks {s['tasks']} --k {k} --n {s['n']}`", "",
-             "| method | demonstrations | steps | fine-tune s |", "|---|---:|---:|---:|"]
+             "| method | demonstrations | steps | lr | fine-tune s | final loss |", "|---|---:|---:|---:|---:|---:|"]
     for m, f in res["finetune"].items():
-        lines.append(f"| {m} | {f['demonstrations']} | {f['steps']} | {f['seconds']:.0f} |")
+        lines.append(f"| {m} | {f['demonstrations']} | {f['steps']} | {f.get('lr', 0):.2g} | {f['seconds']:.0f} | "
+                     f"{_fmt(f['final_loss'])} |")
     lines += ["", f"Lower is better. `vs best`: geometric mean over tasks of the contender's best latency over the "
               f"best any contender found; `total vs random@{k}`: weighted total latency over random@{k}'s.", "",
               f"| contender | vs best | total vs random@{k} | tasks with a program |", "|---|---:|---:|---:|"]
     for c in contenders:
         r = res["scores"][c]
         lines.append(f"| {c} | {_fmt(r['geomean_vs_best'])} | {_fmt(r[ref])} | {r['tasks_with_program']}/{len(res['tasks'])} |")
+    cols = [c for c in contenders if c.startswith("random") or c.endswith(f"TLM@{k}")]
+    lines += ["", f"Per task: the best latency any contender found (us) and each TLM@{k} / random@{k} over it.", "",
+              "| task | weight | best us | " + " | ".join(cols) + " |", "|---|---:|---:|" + "---:|" * len(cols)]
+    for t in res["tasks"]:
+        o = min(t["best"].values())
+        lines.append(f"| {t['task'][:48]} | {t['weight']:g} | {o * 1e6:.0f} | "
+                     + " | ".join(_fmt(t["best"][c] / o, ".2f") for c in cols) + " |")
     (out / "learning.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {out / 'learning.md'}")
 

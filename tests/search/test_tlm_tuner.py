@@ -194,6 +194,7 @@ def test_budget_zero_stores_greedy_programs(tmp_path, host, tasks, model_dir):
     from tlm.compiler.build import compile_database
     from tlm.measure.database import GREEDY, open_db
     from tlm.model.generate import Generator
+    from tlm.search.base import seeds
     from tlm.search.tune import tune
 
     db_dir = str(tmp_path / "db")
@@ -207,14 +208,22 @@ def test_budget_zero_stores_greedy_programs(tmp_path, host, tasks, model_dir):
         msdb, crows = compile_database(db, tasks, host)
         for task in tasks:
             assert db.best(task.hash, host.key) is None  # best() ignores unmeasured records
-            want = gen.generate(task, 1, greedy=True)[0].sentence
+            samples = gen.generate(task, 16, seed=seeds(0, task, 0, 2)[1])
+            want = max(samples, key=lambda g: g.logprob).sentence  # the most likely of 16 samples
             assert db.compile_record(task.hash, host.key).sentence == want
-            # What compile_relax applies for the task: the greedy program.
+            # What compile_relax applies for the task: the model's first choice.
             assert msdb.query_ir_module(task.mod, host.tvm(), "main") is not None
         assert [r["status"] for r in crows] == ["greedy", "greedy"]
     tune(tasks, "tlm", "0", db_dir, target=host, config=_config(), progress=False, model=model_dir)
     with open_db(db_dir) as db:
         assert db.count() == 2  # re-running stores nothing new
+    greedy_db = str(tmp_path / "greedy")
+    tune(tasks, "tlm", "0", greedy_db, target=host, config=_config(pick="greedy"), progress=False, model=model_dir)
+    with open_db(greedy_db) as db:
+        for task in tasks:  # the word-by-word argmax program instead
+            assert db.compile_record(task.hash, host.key).sentence == gen.generate(task, 1, greedy=True)[0].sentence
+    with pytest.raises(TlmError):
+        tune(tasks, "tlm", "0", greedy_db, target=host, config=_config(pick="best"), progress=False, model=model_dir)
 
 
 class _Stub:
@@ -298,6 +307,7 @@ def test_tlm_tuner_measures_with_the_model(tmp_path, host, tasks, model_dir):
     from tlm.compiler.build import compile_database
     from tlm.measure.database import open_db
     from tlm.model.generate import Generator
+    from tlm.search.base import seeds
     from tlm.search.tlm_tuner import PROPOSER
     from tlm.search.tune import tune
     from tlm.space.language import prompt_tokens
@@ -311,9 +321,10 @@ def test_tlm_tuner_measures_with_the_model(tmp_path, host, tasks, model_dir):
         recs = db.records(target_key=host.key, proposer=PROPOSER)
         assert len(recs) == 2 and db.get_meta("tune_config/tlm")["model"] == model_dir
         for task, rec in zip(tasks, recs):
-            # The greedy program (the one --budget 0 stored) is measured first, with its sentence.
+            # The first choice (the one --budget 0 stored) is measured first, with its sentence.
             assert rec.task_hash == task.hash and rec.round == 0 and rec.trace_json and rec.error is None
-            assert rec.sentence == gen.generate(task, 1, greedy=True)[0].sentence
+            samples = gen.generate(task, 16, seed=seeds(0, task, 0, 2)[1])
+            assert rec.sentence == max(samples, key=lambda g: g.logprob).sentence
             assert rec.sentence.startswith(" ".join(prompt_tokens(task, host)) + " ")
         _, crows = compile_database(db, tasks, host)
         assert [r["status"] for r in crows] == ["tuned", "tuned"]  # measured records beat greedy ones

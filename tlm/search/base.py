@@ -28,6 +28,11 @@ class TuneConfig:
     seed: int = 0
     model: str | None = None  # tlm: model directory (default: the shipped one for the target)
     round_size: int = 4  # tlm: new programs per task per scheduling round
+    # tlm: the model's first choice for a task (what --budget 0 compiles, and the first program
+    # measured): "logprob" (the most likely of `pick_samples` distinct samples by generation
+    # log-prob) or "greedy" (word-by-word argmax); logprob measured better (bench/results/learning.md)
+    pick: str = "logprob"
+    pick_samples: int = 16
     measure: MeasureConfig = field(default_factory=MeasureConfig)
 
     def to_json(self) -> dict[str, Any]:

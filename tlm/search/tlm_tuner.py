@@ -5,8 +5,9 @@ of the design space); they go through the same `Measurer` into the same `Databas
 baselines, with proposer "tlm", the scheduling round and the sentence stored.
 
 How the budget is spent (it is a total over the tasks: `B`, or `K x tasks` for `Kg`):
-1. every task first gets its greedy program (the model's most likely one) plus samples, up to
-   half of its even share (at least one program);
+1. every task first gets the model's first choice (`TuneConfig.pick`: by default the most likely
+   of 16 distinct samples by generation log-prob; "greedy": word-by-word argmax) plus samples,
+   up to half of its even share (at least one program);
 2. the rest goes in rounds: each round ranks the tasks by weight x best latency (their share of
    the model's time; a task without a valid program yet ranks with the slowest known latency)
    and gives the top ones `round_size` new samples each, one measurement batch per round.
@@ -15,9 +16,10 @@ drops out. Sentences (and traces) already in the database for the task and targe
 measured again, and the budget counts what the database already holds with proposer "tlm", so
 re-running the same command resumes.
 
-`--budget 0` measures nothing: each task gets the greedy program, stored as an unmeasured
-record with proposer "tlm-greedy" (no latency, so `Database.best()` ignores it); the database's
-`compile_record` gives it to `tlm compile` only for a task that has no measured record.
+`--budget 0` measures nothing: each task gets the model's first choice, stored as an unmeasured
+record with proposer "tlm-greedy" (the name predates the log-prob pick; no latency, so
+`Database.best()` ignores it); the database's `compile_record` gives it to `tlm compile` only for
+a task that has no measured record.
 
 No task is left on TVM's naive default: when the model proposes no valid program for a task
 (every try of a generation fails, e.g. a word it lacks), the tuner says so in a one-line
@@ -64,11 +66,13 @@ class _State:
 class TlmTuner(Tuner):
     """The language-model tuner over a Measurer and a Database; `run()` returns summary rows."""
 
-    allow_zero = True  # budget 0: each task's greedy program, unmeasured
+    allow_zero = True  # budget 0: each task's first choice (`pick`), unmeasured
 
     def __init__(self, tasks: list[Task], db, target, config: TuneConfig, progress: bool = True,
                  generator=None):
         super().__init__(tasks, db, target, config, progress)
+        if config.pick not in ("logprob", "greedy"):
+            raise TlmError(f"unknown pick {config.pick!r} (logprob or greedy)")
         self.total = sum(self.budgets)
         self._generator = generator
         self._spaces: dict[str, Any] = {}
@@ -94,9 +98,18 @@ class TlmTuner(Tuner):
         space = self._spaces.setdefault(task.hash, task_space(task, self.target))
         return parse(g.sentence, task, self.target, space=space).sch
 
+    def pick(self, task: Task, seen: set[str] | None = None) -> list:
+        """[the model's first choice] among programs not in `seen` (TuneConfig.pick), or []."""
+        gen, cfg = self.generator, self.config
+        if cfg.pick == "greedy":
+            return gen.generate(task, 1, greedy=True, seen=seen)
+        seed = seeds(cfg.seed, task, 0, 2)[1]  # not round 0's sampling seed (the first of the two)
+        samples = gen.generate(task, max(1, cfg.pick_samples), seen=seen, seed=seed)
+        return [max(samples, key=lambda g: g.logprob)] if samples else []
+
     def greedy(self, task: Task):
-        """(Generated, Schedule) of the model's most likely program, or None."""
-        out = self.generator.generate(task, 1, greedy=True)
+        """(Generated, Schedule) of the model's first choice (`pick`), or None."""
+        out = self.pick(task)
         if not out:
             return None
         try:
@@ -162,7 +175,7 @@ class TlmTuner(Tuner):
         if st.fallback:
             got = [(p.sch, s) for p, s in self._random(task, n, seed, st.seen)]
         else:
-            got = gen.generate(task, 1, greedy=True, seen=st.seen) if greedy else []
+            got = self.pick(task, st.seen) if greedy else []
             got += gen.generate(task, n - len(got), seen=st.seen | {g.sentence for g in got}, seed=seed) if n > len(got) else []
             if not got and not st.model_ok:  # not one valid program from the model: random ones
                 st.fallback = True
