@@ -158,3 +158,26 @@ def test_timing_budget_cuts_repeats_of_slow_programs(host, matmul32):
             (res,) = m.measure([Candidate(matmul32, schedule=schs[0], proposer="random")])
         assert res.ok, res.error
         assert len(res.latencies_s) == want
+
+
+def test_slow_factor_skips_timing_far_from_the_best(host, matmul32):
+    """With a slow factor and a task best it is far slower than, a program's checked run is its
+    one reading; near the best (or without a known best) it is timed `repeat` times; a wrong
+    program is still an error."""
+    import numpy as np
+
+    schs = _random_schedules(matmul32, host, 1)
+    cfg = MeasureConfig(repeat=4, min_repeat_ms=1, remeasure_top=0, slow_factor=3.0)
+    with Measurer(host, cfg) as m:
+        cand = Candidate(matmul32, schedule=schs[0], proposer="random")
+        (far,) = m.measure([cand], best_s={matmul32.hash: 1e-12})
+        (near,) = m.measure([cand], best_s={matmul32.hash: 10.0})
+        (unknown,) = m.measure([cand])
+        assert far.ok and near.ok and unknown.ok, (far.error, near.error, unknown.error)
+        assert len(far.latencies_s) == 1 and len(near.latencies_s) == 4 and len(unknown.latencies_s) == 4
+        path = m.reference(matmul32)
+        ref = dict(np.load(path))
+        ref["out2"] = ref["out2"] + 1.0
+        np.savez(path, **ref)
+        (bad,) = m.measure([cand], best_s={matmul32.hash: 1e-12})
+        assert bad.error.startswith("WrongResult"), bad.error

@@ -26,7 +26,7 @@ from tlm.errors import TlmError
 from tlm.graph.target import TargetInfo, resolve_target
 from tlm.graph.tasks import Task
 from tlm.measure.workers import (CheckConfig, builder_class, build_in_worker, make_inputs, ref_beside, runner_classes,
-                                warm_worker)
+                                 warm_worker, write_limit)
 from tlm.space.design import plain_json
 
 
@@ -45,6 +45,11 @@ class MeasureConfig:
     # > 0: a program whose checked (untimed) run took t ms gets floor(budget / t) timed repeats
     # (at least 1, at most `repeat`): slow programs, far from the best, cost ~budget, not 5 runs.
     timing_budget_ms: float = 0.0
+    # > 0: a program whose checked run took longer than slow_factor x its task's best known
+    # latency (`measure(best_s=...)`) is not timed further; that run is its one reading (it is
+    # far from the best, so its exact time decides nothing). Not for pre-packed programs, whose
+    # checked run includes the packing.
+    slow_factor: float = 0.0
     rtol: float = 1e-4  # relative to the largest reference magnitude
     atol: float = 1e-5
     # RPC: measure on devices registered with a TVM tracker instead of this host.
@@ -184,8 +189,10 @@ class Measurer:
             Trace.apply_json_to_schedule(cand.trace, sch)
         return sch.mod, plain_json(sch.trace.as_json())
 
-    def measure(self, candidates: list[Candidate]) -> list[MeasureResult]:
-        """Build and time a batch; results are in the same order as `candidates`."""
+    def measure(self, candidates: list[Candidate], best_s: dict[str, float] | None = None) -> list[MeasureResult]:
+        """Build and time a batch; results are in the same order as `candidates`.
+
+        `best_s`: the best known latency per task hash, for `MeasureConfig.slow_factor`."""
         from tvm.s_tir.meta_schedule.arg_info import ArgInfo
         from tvm.s_tir.meta_schedule.builder import BuilderInput
         from tvm.s_tir.meta_schedule.runner import RunnerInput
@@ -216,7 +223,10 @@ class Measurer:
             path = str(b.artifact_path)
             dirs.append(os.path.dirname(path))
             try:
-                shutil.copy(self.reference(results[i].candidate.task), ref_beside(path))
+                task = results[i].candidate.task
+                shutil.copy(self.reference(task), ref_beside(path))
+                if self.config.slow_factor > 0 and not self.rpc and (best_s or {}).get(task.hash):
+                    write_limit(path, self.config.slow_factor * best_s[task.hash] * 1e3)
             except Exception as err:  # no reference: the program cannot be trusted
                 results[i].error = "ReferenceError: " + _short(err)
                 continue
@@ -273,7 +283,8 @@ class Measurer:
 # ---------------------------------------------------------------- command-line options
 def measure_config_from_args(args: argparse.Namespace) -> MeasureConfig:
     cfg = MeasureConfig(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms,
-                        timing_budget_ms=getattr(args, "timing_budget_ms", 0.0))
+                        timing_budget_ms=getattr(args, "timing_budget_ms", 0.0),
+                        slow_factor=getattr(args, "slow_factor", 0.0))
     if args.rpc_tracker:
         host, _, port = args.rpc_tracker.rpartition(":")
         if not host or not port.isdigit():
@@ -288,6 +299,9 @@ def add_measure_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-repeat-ms", type=int, default=30, help="minimum duration of one repeat")
     p.add_argument("--timing-budget-ms", type=float, default=0.0,
                    help="fewer repeats for programs slower than this (0: always --repeat)")
+    p.add_argument("--slow-factor", type=float, default=0.0,
+                   help="no timed runs for a program whose checked run is this many times slower than "
+                        "its task's best (0: time every program)")
     p.add_argument("--rpc-tracker", default=None, help="HOST:PORT of a TVM RPC tracker to measure on")
     p.add_argument("--rpc-key", default="tlm", help="device key registered with the tracker")
     p.add_argument("--rpc-workers", type=int, default=1, help="parallel RPC sessions")

@@ -10,6 +10,9 @@ the packed layout (the whole-model compile folds the packing into the constants)
 holds two functions: the timed one (packing removed, packed-layout arguments) and `CHECK_FUNC`,
 the same program with its packing blocks, which takes the reference inputs as they are; the
 check runs that one, so the packing and the compute are both checked.
+
+A program whose checked run is slower than the limit in `LIMIT_NAME` beside its artifact (if
+any; never a pre-packed one) is not timed again: that run's time is its one latency reading.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import time
 from dataclasses import dataclass
 
 REF_NAME = "tlm_ref.npz"
+LIMIT_NAME = "tlm_untimed_above_ms.txt"  # beside an artifact: MeasureConfig.slow_factor's limit
 CHECK_FUNC = "tlm_check"
 
 
@@ -116,11 +120,13 @@ def _check_and_time(rt_mod, device, cfg, args_info, ref_path, check_cfg: CheckCo
         return out
 
     ref = np.load(ref_path) if ref_path and os.path.exists(ref_path) else None
+    limit_ms = read_limit(ref_path)
     n = len(args_info)
     budget_ms = check_cfg.timing_budget_ms
     repeat = cfg.repeat
     if ref is not None:
-        check = _function(rt_mod, CHECK_FUNC) or rt_mod.get_function(rt_mod.entry_name)
+        packed = _function(rt_mod, CHECK_FUNC)
+        check = packed or rt_mod.get_function(rt_mod.entry_name)
         got = tensors([ref[f"in{i}"] for i in range(n)])
         t0 = time.perf_counter()
         check(*got)
@@ -132,6 +138,8 @@ def _check_and_time(rt_mod, device, cfg, args_info, ref_path, check_cfg: CheckCo
             reason = compare(t.numpy(), ref[f"out{i}"], check_cfg.rtol, check_cfg.atol)
             if reason:
                 raise RuntimeError(f"WrongResult: buffer {i}: {reason}")
+        if limit_ms and packed is None and first_ms > limit_ms:
+            return [first_ms / 1e3]  # far from the task's best: the checked run is its reading
     # Timed on the reference inputs where the shapes agree; packed weights get inputs of their own
     # shape (values do not change the time of these programs).
     def timed_input(i: int):
@@ -155,6 +163,21 @@ def _check_and_time(rt_mod, device, cfg, args_info, ref_path, check_cfg: CheckCo
 
 def ref_beside(artifact_path: str) -> str:
     return os.path.join(os.path.dirname(artifact_path), REF_NAME)
+
+
+def write_limit(artifact_path: str, ms: float) -> None:
+    with open(os.path.join(os.path.dirname(artifact_path), LIMIT_NAME), "w") as f:
+        f.write(repr(float(ms)))
+
+
+def read_limit(ref_path: str | None) -> float:
+    """The untimed-above limit (ms) beside a reference, or 0 (none)."""
+    path = os.path.join(os.path.dirname(ref_path), LIMIT_NAME) if ref_path else ""
+    try:
+        with open(path) as f:
+            return float(f.read())
+    except (OSError, ValueError):
+        return 0.0
 
 
 def local_run_worker(cfg, check_cfg, artifact_path, device_type, args_info) -> list[float]:

@@ -290,7 +290,8 @@ class _Loop:
                 if cands:
                     bar.update(job, status=f"task {i + 1}/{len(batch)} {task.name[:32]}: measuring {len(cands)}")
                     t0 = time.perf_counter()
-                    results = self._get_measurer().measure(cands)
+                    best = self.db.best(task.hash, self.target.key)  # for MeasureConfig.slow_factor
+                    results = self._get_measurer().measure(cands, best_s={task.hash: best.median_s} if best else None)
                     self.db.add_results(results, self.target.key)
                     measure_s += time.perf_counter() - t0
                     new += len(results)
