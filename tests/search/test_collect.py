@@ -5,7 +5,8 @@ import pytest
 
 from tlm.errors import TlmError
 from tlm.measure.shards import corpus_summary, shard_paths
-from tlm.search.collect import CollectConfig, _locked, _sigterm_stops, collect
+from tlm.search.collect import (CollectConfig, _locked, _sigterm_stops, collect, read_tasks_archive, tasks_archive,
+                                write_tasks_archive)
 from tlm.search.loop import LoopConfig
 
 
@@ -30,6 +31,18 @@ def test_collect_flushes_and_a_new_machine_resumes(base_dir, tasks, tmp_path, me
                    measurer=measurer)
     assert res2["ingested_records"] == 4 and res2["measured_now"] == 0 and res2["flushed_records"] == 0
     assert len(shard_paths(corpus)) == 1
+    # A fresh machine of the same kind loads the training tasks from the corpus' archive instead of
+    # extracting its sources (this source name extracts nothing: it would fail).
+    cfg = _config(base_dir, tmp_path / "w3", corpus)
+    cfg.loop.sources = ["no-such-workload"]
+    archive = tasks_archive(corpus, cfg.loop.sources, host)
+    write_tasks_archive(archive, tmp_path / "w1" / "tasks.json")
+    assert [t.hash for t in read_tasks_archive(archive)] == [t.hash for t in tasks]
+    assert read_tasks_archive(tmp_path / "none.json.xz") is None
+    logs = []
+    res3 = collect(cfg, None, progress=False, log=logs.append, measurer=measurer)
+    assert res3["measured_now"] == 0 and any("no extraction" in m for m in logs)
+    assert len(shard_paths(corpus)) == 1  # the archive is no shard
 
 
 def test_one_collector_per_work_dir(tmp_path):

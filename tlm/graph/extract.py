@@ -30,7 +30,7 @@ from tlm.graph.tasks import Task, task_from_mod
 EXTRACT_VERSION = 4
 
 
-def _code_digest() -> str:
+def code_digest() -> str:
     """Digest of the code that defines models and extraction: editing it invalidates the cache."""
     here = Path(__file__).parent
     files = [here / "importer.py", here / "passes.py", here / "layout.py", here / "extract.py", here / "zoo.py", here / "tasks.py",
@@ -116,7 +116,7 @@ def _cache_key(source: str, target: TargetInfo) -> tuple[str, str]:
 
         name = get_workload(source).name
         digest = name
-    raw = json.dumps([EXTRACT_VERSION, _code_digest(), digest, target.key])
+    raw = json.dumps([EXTRACT_VERSION, code_digest(), digest, target.key])
     return name, hashlib.sha256(raw.encode()).hexdigest()[:24]
 
 

@@ -13,7 +13,9 @@ of every hardware; each keeps its target key), so a program is never measured tw
 hardware, a fresh work directory on a new machine resumes where the committed corpus stands, and
 a new hardware starts its own rounds. One collector per work directory (a lock file).
 The work directory defaults to `work/collect-<hardware>-<sources>` (not in git). The default
-sources are `train-set`: every workload of the training split, held-out tasks removed.
+sources are `train-set`: every workload of the training split, held-out tasks removed. Once
+loaded, the training tasks are also kept in the corpus (`tasks_archive`, one xz file named by the
+extraction code), so the next fresh machine of the same kind loads them instead of extracting.
 """
 
 from __future__ import annotations
@@ -61,6 +63,46 @@ def default_base(target) -> Path:
     if bases:
         return bases[0]
     raise TlmError(f"no pretrained/tlm-base-{target.kind}-* model; pass --base DIR")
+
+
+def tasks_archive(corpus: Path, sources: list[str], target) -> Path:
+    """Where the corpus keeps the training tasks of `sources` for `target`: an xz file named by
+    the extraction version and code, so that a fresh machine of the same kind loads them instead
+    of extracting ~160 workloads (about an hour on 2 cores); any change to extraction renames it."""
+    import hashlib
+
+    from tlm.graph.extract import EXTRACT_VERSION, code_digest
+    from tlm.measure.shards import hardware_slug
+
+    raw = json.dumps([EXTRACT_VERSION, code_digest(), sorted(sources), target.key])
+    return corpus / "tasks" / f"{hardware_slug(target.key)}-{hashlib.sha256(raw.encode()).hexdigest()[:16]}.json.xz"
+
+
+def read_tasks_archive(path: Path) -> list | None:
+    """The tasks of an archive, or None when there is none (or it is unreadable: extract instead)."""
+    import lzma
+
+    from tlm.graph.tasks import Task
+
+    try:
+        with lzma.open(path, "rt") as f:
+            return [Task.from_json(t) for t in json.load(f)]
+    except (OSError, ValueError, KeyError, lzma.LZMAError):
+        return None
+
+
+def write_tasks_archive(path: Path, tasks_json: Path) -> None:
+    """Compress a loop's tasks.json into the archive (atomically; never rewritten once there)."""
+    import lzma
+    import os
+
+    if path.is_file():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    with open(tasks_json, "rb") as src, lzma.open(tmp, "wb", preset=9) as dst:
+        dst.write(src.read())
+    os.replace(tmp, path)
 
 
 @contextmanager
@@ -135,9 +177,15 @@ def collect(config: CollectConfig, tasks: list | None = None, progress: bool = T
         last = [time.monotonic()]
         flushed = {"shards": 0, "records": 0}
 
+        archive = tasks_archive(corpus, list(loop.sources), target)
+        from_sources = tasks is None and not loop.max_tasks  # the archive holds every task of the sources
+        if tasks is None and not (work / "tasks.json").is_file() and (tasks := read_tasks_archive(archive)):
+            log(f"{len(tasks)} training tasks from {archive} (no extraction)")
         flag: dict = {}
 
         def after_task(db) -> None:
+            if not flag.get("started") and from_sources and (work / "tasks.json").is_file():
+                write_tasks_archive(archive, work / "tasks.json")  # commit it with the shards
             flag["started"] = True
             if flag.get("term"):
                 raise _Stop
