@@ -181,3 +181,7 @@ def test_slow_factor_skips_timing_far_from_the_best(host, matmul32):
         np.savez(path, **ref)
         (bad,) = m.measure([cand], best_s={matmul32.hash: 1e-12})
         assert bad.error.startswith("WrongResult"), bad.error
+    # In a batch, the best few are re-timed in full whatever their first reading was.
+    with Measurer(host, MeasureConfig(repeat=4, min_repeat_ms=1, remeasure_top=1, slow_factor=3.0)) as m:
+        res = m.measure([cand, cand], best_s={matmul32.hash: 1e-12})
+        assert sorted(len(r.latencies_s) for r in res) == [1, 5], [r.latencies_s for r in res]

@@ -14,6 +14,7 @@ A build or run failure is data (`MeasureResult.error`), never an exception that 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import statistics
@@ -223,10 +224,7 @@ class Measurer:
             path = str(b.artifact_path)
             dirs.append(os.path.dirname(path))
             try:
-                task = results[i].candidate.task
-                shutil.copy(self.reference(task), ref_beside(path))
-                if self.config.slow_factor > 0 and not self.rpc and (best_s or {}).get(task.hash):
-                    write_limit(path, self.config.slow_factor * best_s[task.hash] * 1e3)
+                shutil.copy(self.reference(results[i].candidate.task), ref_beside(path))
             except Exception as err:  # no reference: the program cannot be trusted
                 results[i].error = "ReferenceError: " + _short(err)
                 continue
@@ -234,17 +232,32 @@ class Measurer:
             # The timed function's arguments: packed weights have their packed shapes.
             run_inputs.append(RunnerInput(path, "cpu", ArgInfo.from_entry_func(mod, remove_preproc=True)))
         try:
-            self._run(results, run_idx, run_inputs)
+            if self.config.slow_factor > 0 and not self.rpc:
+                self._run_limited(results, run_idx, run_inputs, dict(best_s or {}))
+            else:
+                self._run(results, run_idx, run_inputs)
             # Re-time the best few: one noisy low reading should not decide the winner.
             ok = sorted((k for k in range(len(run_idx)) if results[run_idx[k]].ok),
                         key=lambda k: results[run_idx[k]].median_s)[: self.config.remeasure_top]
             if ok:
+                for k in ok:
+                    write_limit(str(run_inputs[k].artifact_path), 0.0)  # the best are always timed
                 self._run(results, [run_idx[k] for k in ok], [run_inputs[k] for k in ok], extend=True)
         finally:
             for d in dirs:
                 shutil.rmtree(d, ignore_errors=True)
         self.measured += len(candidates)
         return results
+
+    def _run_limited(self, results, idx, inputs, best: dict[str, float]) -> None:
+        """One program at a time, each with the slow-factor limit of its task's best so far (the
+        best known before the batch, or measured earlier in it)."""
+        for i, inp in zip(idx, inputs):
+            h = results[i].candidate.task.hash
+            write_limit(str(inp.artifact_path), self.config.slow_factor * best[h] * 1e3 if best.get(h) else 0.0)
+            self._run(results, [i], [inp])
+            if results[i].ok:
+                best[h] = min(best.get(h) or math.inf, results[i].median_s)
 
     def _run(self, results, idx, inputs, extend: bool = False) -> None:
         if not inputs:
