@@ -149,7 +149,7 @@ def test_packed_weights_are_measured_and_checked(host):
 
 
 def test_timing_budget_cuts_repeats_of_slow_programs(host, matmul32):
-    """A program slower than the timing budget gets one timed repeat (its checked run told how
+    """A program slower than the timing budget gets one reading (its checked run, which told how
     slow it is); without a budget every program gets `repeat`."""
     schs = _random_schedules(matmul32, host, 1)
     for budget, want in ((1e-6, 1), (0.0, 4)):

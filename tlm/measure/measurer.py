@@ -44,7 +44,8 @@ class MeasureConfig:
     builder_workers: int | None = None  # default: the target's cores
     remeasure_top: int = 2  # the best few of a batch are timed again
     # > 0: a program whose checked (untimed) run took t ms gets floor(budget / t) timed repeats
-    # (at least 1, at most `repeat`): slow programs, far from the best, cost ~budget, not 5 runs.
+    # (at most `repeat`), and none when t >= budget (that run is its one reading; not for
+    # pre-packed programs): slow programs, far from the best, cost ~budget, not 5 runs.
     timing_budget_ms: float = 0.0
     # > 0: a program whose checked run took longer than slow_factor x its task's best known
     # latency (`measure(best_s=...)`) is not timed further; that run is its one reading (it is
