@@ -181,6 +181,18 @@ def test_slow_factor_skips_timing_far_from_the_best(host, matmul32):
         np.savez(path, **ref)
         (bad,) = m.measure([cand], best_s={matmul32.hash: 1e-12})
         assert bad.error.startswith("WrongResult"), bad.error
+    # A program still running past its limit (here: no grace at all) is stopped, as a "Slow:" error.
+    import tlm.measure.workers as workers
+
+    grace, workers.LIMIT_GRACE_S = workers.LIMIT_GRACE_S, 0.0
+    try:
+        with Measurer(host, cfg) as m:
+            (cut,) = m.measure([cand], best_s={matmul32.hash: 1e-12})
+            (after,) = m.measure([cand])  # the stopped worker is replaced
+    finally:
+        workers.LIMIT_GRACE_S = grace
+    assert cut.error and cut.error.startswith("Slow: stopped"), cut.error
+    assert after.ok and len(after.latencies_s) == 4, after.error
     # In a batch, the best few are re-timed in full whatever their first reading was.
     with Measurer(host, MeasureConfig(repeat=4, min_repeat_ms=1, remeasure_top=1, slow_factor=3.0)) as m:
         res = m.measure([cand, cand], best_s={matmul32.hash: 1e-12})

@@ -268,8 +268,9 @@ class Measurer:
         for i, fut in zip(idx, futures):
             r = fut.result()
             if r.error_msg:
-                kind = "WrongResult: " if "WrongResult:" in str(r.error_msg) else "RunError: "
-                results[i].error = kind + _short(r.error_msg)
+                msg = str(r.error_msg)
+                kind = "WrongResult: " if "WrongResult:" in msg else "" if msg.startswith("Slow:") else "RunError: "
+                results[i].error = kind + _short(msg)
             else:
                 secs = [float(x) for x in r.run_secs]
                 results[i].latencies_s = results[i].latencies_s + secs if extend else secs

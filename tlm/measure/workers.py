@@ -12,7 +12,8 @@ the same program with its packing blocks, which takes the reference inputs as th
 check runs that one, so the packing and the compute are both checked.
 
 A program whose checked run is slower than the limit in `LIMIT_NAME` beside its artifact (if
-any; never a pre-packed one) is not timed again: that run's time is its one latency reading.
+any; never a pre-packed one) is not timed again: that run's time is its one latency reading; one
+still running LIMIT_GRACE_S past the limit is stopped (its error says "Slow: ...").
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 REF_NAME = "tlm_ref.npz"
 LIMIT_NAME = "tlm_untimed_above_ms.txt"  # beside an artifact: MeasureConfig.slow_factor's limit
+LIMIT_GRACE_S = 3.0  # beyond a limit, time to load the module and inputs before a run is stopped
 CHECK_FUNC = "tlm_check"
 
 
@@ -275,6 +277,11 @@ def runner_classes():
         def run(self, runner_inputs):
             futures = []
             for inp in runner_inputs:
+                # One input at a time, so the pool's timeout can be this input's: a program with a
+                # slow-factor limit is stopped (its worker killed) once it is surely past it.
+                limit_s = read_limit(ref_beside(str(inp.artifact_path))) / 1e3
+                timeout = min(self.timeout_sec, limit_s + LIMIT_GRACE_S) if limit_s else self.timeout_sec
+                self.pool._timeout = timeout
                 fut = self.pool.submit(
                     local_run_worker, self.evaluator_config, self.check, str(inp.artifact_path),
                     str(inp.device_type), tuple(a.as_json() for a in inp.args_info),
@@ -282,7 +289,8 @@ def runner_classes():
                 try:
                     futures.append(LocalRunnerFuture(res=fut.result(), error_message=None))
                 except TimeoutError:
-                    msg = f"LocalRunner: Timeout, killed after {self.timeout_sec} seconds"
+                    msg = (f"Slow: stopped after {timeout:.3g} s, past its limit of {limit_s:.3g} s"
+                           if timeout < self.timeout_sec else f"LocalRunner: Timeout, killed after {timeout:g} seconds")
                     futures.append(LocalRunnerFuture(res=None, error_message=msg))
                 except Exception as err:  # the worker's failure is the candidate's error
                     futures.append(LocalRunnerFuture(res=None, error_message=f"LocalRunner: {err}"))
