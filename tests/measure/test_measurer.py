@@ -197,3 +197,23 @@ def test_slow_factor_skips_timing_far_from_the_best(host, matmul32):
     with Measurer(host, MeasureConfig(repeat=4, min_repeat_ms=1, remeasure_top=1, slow_factor=3.0)) as m:
         res = m.measure([cand, cand], best_s={matmul32.hash: 1e-12})
         assert sorted(len(r.latencies_s) for r in res) == [1, 5], [r.latencies_s for r in res]
+
+
+def test_limits_from_the_best_and_from_flops(host, matmul32, monkeypatch):
+    """The limit a program runs under: slow_factor x its task's best, capped by the time at
+    min_gflops (at least 1 s); none without either."""
+    from dataclasses import replace
+
+    import tlm.measure.measurer as measurer
+
+    seen = []
+    real = measurer.write_limit
+    monkeypatch.setattr(measurer, "write_limit", lambda path, ms: (seen.append(round(ms, 6)), real(path, ms)))
+    sch = _random_schedules(matmul32, host, 1)[0]
+    big = replace(matmul32, flops=5e9)
+    cfg = MeasureConfig(repeat=2, min_repeat_ms=1, remeasure_top=0, slow_factor=3.0, min_gflops=1.0)
+    with Measurer(host, cfg) as m:
+        m.measure([Candidate(matmul32, schedule=sch)])  # no best: the 1 s floor
+        m.measure([Candidate(big, schedule=sch)])  # 5 GFLOP at 1 GFLOPS
+        m.measure([Candidate(big, schedule=sch)], best_s={big.hash: 1e-3})  # 3x the best is less
+    assert seen == [1000.0, 5000.0, 3.0]

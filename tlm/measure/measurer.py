@@ -52,6 +52,9 @@ class MeasureConfig:
     # far from the best, so its exact time decides nothing). Not for pre-packed programs, whose
     # checked run includes the packing.
     slow_factor: float = 0.0
+    # > 0: the same limit for a task without a best yet (and a cap on the slow-factor one): the
+    # time of a program running at this many GFLOPS (at least 1 s)
+    min_gflops: float = 0.0
     rtol: float = 1e-4  # relative to the largest reference magnitude
     atol: float = 1e-5
     # RPC: measure on devices registered with a TVM tracker instead of this host.
@@ -233,7 +236,7 @@ class Measurer:
             # The timed function's arguments: packed weights have their packed shapes.
             run_inputs.append(RunnerInput(path, "cpu", ArgInfo.from_entry_func(mod, remove_preproc=True)))
         try:
-            if self.config.slow_factor > 0 and not self.rpc:
+            if (self.config.slow_factor > 0 or self.config.min_gflops > 0) and not self.rpc:
                 self._run_limited(results, run_idx, run_inputs, dict(best_s or {}))
             else:
                 self._run(results, run_idx, run_inputs)
@@ -253,9 +256,14 @@ class Measurer:
     def _run_limited(self, results, idx, inputs, best: dict[str, float]) -> None:
         """One program at a time, each with the slow-factor limit of its task's best so far (the
         best known before the batch, or measured earlier in it)."""
+        cfg = self.config
         for i, inp in zip(idx, inputs):
-            h = results[i].candidate.task.hash
-            write_limit(str(inp.artifact_path), self.config.slow_factor * best[h] * 1e3 if best.get(h) else 0.0)
+            task = results[i].candidate.task
+            h = task.hash
+            limits = [cfg.slow_factor * best[h]] if cfg.slow_factor > 0 and best.get(h) else []
+            if cfg.min_gflops > 0 and task.flops:
+                limits.append(max(1.0, task.flops / (cfg.min_gflops * 1e9)))
+            write_limit(str(inp.artifact_path), min(limits) * 1e3 if limits else 0.0)
             self._run(results, [i], [inp])
             if results[i].ok:
                 best[h] = min(best.get(h) or math.inf, results[i].median_s)
@@ -299,7 +307,7 @@ class Measurer:
 def measure_config_from_args(args: argparse.Namespace) -> MeasureConfig:
     cfg = MeasureConfig(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms,
                         timing_budget_ms=getattr(args, "timing_budget_ms", 0.0),
-                        slow_factor=getattr(args, "slow_factor", 0.0))
+                        slow_factor=getattr(args, "slow_factor", 0.0), min_gflops=getattr(args, "min_gflops", 0.0))
     if args.rpc_tracker:
         host, _, port = args.rpc_tracker.rpartition(":")
         if not host or not port.isdigit():
@@ -317,6 +325,8 @@ def add_measure_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slow-factor", type=float, default=0.0,
                    help="no timed runs for a program whose checked run is this many times slower than "
                         "its task's best (0: time every program)")
+    p.add_argument("--min-gflops", type=float, default=0.0,
+                   help="likewise for a program slower than this many GFLOPS (at least 1 s; 0: no such limit)")
     p.add_argument("--rpc-tracker", default=None, help="HOST:PORT of a TVM RPC tracker to measure on")
     p.add_argument("--rpc-key", default="tlm", help="device key registered with the tracker")
     p.add_argument("--rpc-workers", type=int, default=1, help="parallel RPC sessions")

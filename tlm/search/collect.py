@@ -292,10 +292,11 @@ def register_cli(sub) -> None:
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     add_measure_args(p)
-    # Slow programs (far from the best) cost ~400 ms of timing instead of 5 full runs, and those
-    # 3x slower than their task's best are not timed beyond their checked run: the corpus grows
-    # faster where precision matters least (tlm.measure.measurer.MeasureConfig).
-    p.set_defaults(func=_cmd_collect, timing_budget_ms=400.0, slow_factor=3.0)
+    # Slow programs (far from the best) cost ~400 ms of timing instead of 5 full runs, those 3x
+    # slower than their task's best (or below 1 GFLOPS) are not timed beyond their checked run
+    # and stopped 3 s past that: the corpus grows faster where precision matters least
+    # (tlm.measure.measurer.MeasureConfig; a vgg_16-b8 conv's random programs ran up to 30 s).
+    p.set_defaults(func=_cmd_collect, timing_budget_ms=400.0, slow_factor=3.0, min_gflops=1.0)
 
     p = sub.add_parser("corpus", help="what the measurement corpus holds, per hardware")
     p.add_argument("--corpus", default=DEFAULT_CORPUS)
