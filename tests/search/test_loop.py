@@ -111,11 +111,11 @@ def test_interrupted_round_is_not_measured_again(base_dir, tasks, tmp_path, monk
     real = Measurer.measure
     calls = []
 
-    def measure_then_die(self, cands):
+    def measure_then_die(self, cands, best_s=None):
         calls.append(len(cands))
         if len(calls) == 2:
             raise KeyboardInterrupt  # killed while measuring the second task of round 0
-        return real(self, cands)
+        return real(self, cands, best_s)
 
     monkeypatch.setattr(Measurer, "measure", measure_then_die)
     with pytest.raises(KeyboardInterrupt):

@@ -1,7 +1,8 @@
 """Whole-model compile: apply the best record of each task, build, check, time, compare.
 
 Each task gets its fastest measured record for this target; a task with none gets
-its unmeasured greedy program from the TLM tuner (`--budget 0`, proposer "tlm-greedy") when
+the TLM tuner's unmeasured first choice (`--budget 0`, proposer "tlm-greedy": the most likely
+of 16 samples by default, `TuneConfig.pick`) when
 there is one, else TVM's default schedule. Records of other
 targets are never applied (the MetaSchedule database view holds only this target's records).
 The artifact is a shared library that `tvm.runtime.load_module` + `relax.VirtualMachine`
