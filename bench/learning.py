@@ -46,9 +46,9 @@ METHODS = {  # name: (programs per task, speed-weight exponent (0: equal weights
 EVAL_WORKLOADS = ["bert_base", "gpt2", "resnet_50", "mobilenet_v2", "bert_tiny", "dcgan"]
 
 
-def heldout_tasks(workloads: list[str], corpus_db, n: int, target, k: int, seed: int) -> list:
-    """Up to n tasks of the workloads, none in the corpus, each with at least k programs: per kind
-    the largest, then the largest."""
+def heldout_tasks(workloads: list[str], corpus_db, n: int, target, k: int, seed: int) -> list[tuple]:
+    """Up to n (task, its k random sentences) of the workloads, none in the corpus, each with at
+    least k programs: per kind the largest, then the largest."""
     from tlm.graph.extract import tasks_for_source
 
     seen: dict[str, object] = {}
@@ -60,10 +60,12 @@ def heldout_tasks(workloads: list[str], corpus_db, n: int, target, k: int, seed:
     firsts: dict[str, object] = {}
     for t in size:
         firsts.setdefault(t.kind, t)
-    picked: list = []
+    picked: list[tuple] = []
     for t in list(firsts.values()) + [t for t in size if t not in firsts.values()]:
-        if len(picked) < n and len(random_sentences(t, target, k, seed)) >= k:
-            picked.append(t)
+        if len(picked) >= n:
+            break
+        if len(rand := random_sentences(t, target, k, seed)) >= k:
+            picked.append((t, rand))
     return picked
 
 
@@ -189,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         train = [t for h in sorted(cdb.best_by_task(target.key)) if (t := cdb.task(h)) is not None]
         held = heldout_tasks(args.workloads, cdb, args.tasks, target, args.k, args.seed)
         demos = {m: method_demos(cdb, train, target, *METHODS[m][:2]) for m in args.methods}
-        n_records = len(cdb.records(target_key=target.key))
+        n_records = cdb.count(target_key=target.key)
     models, ft_info = {"base": base}, {}
     for m in args.methods:
         out = work / "models" / f"{m}-{n_records}"
@@ -209,9 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     bench = Bench(work, target, MeasureConfig(timing_budget_ms=args.timing_budget_ms))
     per_task = []
     try:
-        for i, task in enumerate(held):
+        for i, (task, rand) in enumerate(held):
             progs = {g: programs(gen, task, args.n, args.seed) for g, gen in gens.items()}
-            rand = random_sentences(task, target, k, args.seed)
             wanted = rand + [s for pr in progs.values() for s in pr["samples"][:k] + pr["greedy"] + pr["logprob"]]
             lat = bench.latencies(task, wanted)
             best = {f"random@{k}": min((lat[s] for s in rand), default=math.inf)}

@@ -95,13 +95,14 @@ def write_tasks_archive(path: Path, tasks_json: Path) -> None:
     """Compress a loop's tasks.json into the archive (atomically; never rewritten once there)."""
     import lzma
     import os
+    import shutil
 
     if path.is_file():
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     with open(tasks_json, "rb") as src, lzma.open(tmp, "wb", preset=9) as dst:
-        dst.write(src.read())
+        shutil.copyfileobj(src, dst)  # streamed: a train-set tasks.json is ~200 MB
     os.replace(tmp, path)
 
 
