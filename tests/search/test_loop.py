@@ -8,6 +8,7 @@ import pytest
 from tlm.errors import TlmError
 from tlm.graph.tasks import Task
 from tlm.search.loop import LoopConfig, converged, run_loop, select_tasks, split_batches
+from tlm.search.loop_state import round_order
 
 
 def _fake(name, kind, weight=1, flops=1.0, h=None):
@@ -30,6 +31,14 @@ def test_task_cap_spreads_across_kinds():
     got = select_tasks(tasks, 4)
     assert [t.name for t in got] == ["c5", "m", "s0", "c4"] or [t.name for t in got] == ["c5", "m", "s1", "c4"]
     assert select_tasks(tasks, 0) == tasks and select_tasks(tasks, 100) == tasks
+
+
+def test_round_order_interleaves_kinds_lightest_first():
+    tasks = [_fake(f"c{i}", "conv2d", flops=10.0 - i) for i in range(4)] + [_fake("m", "matmul", flops=5.0)] + \
+            [_fake(f"s{i}", "softmax", flops=1.0 + i) for i in range(2)]
+    got = round_order(tasks)
+    assert [t.name for t in got] == ["c3", "m", "s0", "c2", "s1", "c1", "c0"]
+    assert round_order(list(reversed(tasks))) == got and round_order([]) == []
 
 
 def test_stop_rule():

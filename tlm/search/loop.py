@@ -4,7 +4,8 @@
 
 The training tasks (the sources' tasks minus every task of the held-out test workloads,
 optionally capped with --max-tasks, spread across task kinds) are sorted by task kind and dealt
-into k_b batches, one every k_b. Round r takes batch r mod k_b (`--schedule gain`: after the first
+into k_b batches, one every k_b. Round r takes batch r mod k_b (measured round robin over task
+kinds, lightest tasks first: tlm.search.loop_state.round_order) (`--schedule gain`: after the first
 k_b rounds, the tasks where the weighted total latency is expected to gain most,
 tlm.search.loop_state.gain_batch): the newest finished model (round
 0: the base) generates k_p new programs per task (sentences already in the database are
@@ -240,11 +241,11 @@ class _Loop:
     def _batch(self, r: int) -> tuple[int, list]:
         """(batch index, tasks) of round r; a `gain` round's choice is saved before it is measured,
         so a resumed round measures the same tasks."""
-        from tlm.search.loop_state import gain_batch
+        from tlm.search.loop_state import gain_batch, round_order
 
         b = r % len(self.batches)
         if self.config.schedule != "gain" or r < len(self.batches):
-            return b, self.batches[b]
+            return b, round_order(self.batches[b])
         chosen = self.state.setdefault("chosen", {})
         if str(r) not in chosen:
             key = self.target.key

@@ -75,6 +75,18 @@ def split_batches(tasks: list, kb: int) -> list[list]:
     return [ordered[i::kb] for i in range(kb)]
 
 
+def round_order(tasks: list) -> list:
+    """The order a cycle round measures its batch in: round robin over the task kinds, each kind's
+    tasks from the fewest FLOPs up. A session that stops half-way through a round has then
+    measured every kind (not only the first kinds of the batch's sort order), and the heaviest
+    tasks, which give the fewest records per second, come last."""
+    by_kind: dict[str, list] = {}
+    for t in tasks:
+        by_kind.setdefault(t.kind, []).append(t)
+    groups = [sorted(g, key=lambda t: (t.flops, t.hash)) for _, g in sorted(by_kind.items())]
+    return [g[i] for i in range(max(map(len, groups), default=0)) for g in groups if i < len(g)]
+
+
 def gain_batch(tasks: list, size: int, bests: dict[str, float], previous: dict[str, float],
                counts: dict[str, int], kp: int, floor: float = 0.02) -> list:
     """The `size` tasks where the next measurements are expected to cut the weighted total
