@@ -33,12 +33,16 @@ def test_task_cap_spreads_across_kinds():
     assert select_tasks(tasks, 0) == tasks and select_tasks(tasks, 100) == tasks
 
 
-def test_round_order_interleaves_kinds_lightest_first():
-    tasks = [_fake(f"c{i}", "conv2d", flops=10.0 - i) for i in range(4)] + [_fake("m", "matmul", flops=5.0)] + \
-            [_fake(f"s{i}", "softmax", flops=1.0 + i) for i in range(2)]
-    got = round_order(tasks)
-    assert [t.name for t in got] == ["c3", "m", "s0", "c2", "s1", "c1", "c0"]
-    assert round_order(list(reversed(tasks))) == got and round_order([]) == []
+def test_round_order_shares_time_between_kinds_lightest_first():
+    g = 1e9  # task_seconds: 1 + GFLOPs
+    tasks = [_fake(f"c{i}", "conv2d", flops=(10.0 - i) * g) for i in range(4)] + [_fake("m", "matmul", flops=5 * g)] + \
+            [_fake(f"s{i}", "softmax", flops=0.0, h=f"{i:016x}") for i in range(3)]
+    got = [t.name for t in round_order(tasks)]
+    # one task of each kind (kinds by name on a tie), then the kind that has had the least time:
+    # softmax (1 s per task) until it is done, then conv2d (8 s spent) lightest first
+    assert got == ["c3", "m", "s0", "s1", "s2", "c2", "c1", "c0"]
+    assert [t.name for t in round_order(list(reversed(tasks)))] == got and round_order([]) == []
+    assert sorted(got) == sorted(t.name for t in tasks)
 
 
 def test_stop_rule():

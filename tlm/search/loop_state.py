@@ -75,16 +75,33 @@ def split_batches(tasks: list, kb: int) -> list[list]:
     return [ordered[i::kb] for i in range(kb)]
 
 
+def task_seconds(task) -> float:
+    """Rough measuring time of one program of a task: a fixed second (build, checks, timing
+    protocol) plus its FLOPs at 1 GFLOPS, what random programs of heavy tasks reach here."""
+    return 1.0 + task.flops / 1e9
+
+
 def round_order(tasks: list) -> list:
-    """The order a cycle round measures its batch in: round robin over the task kinds, each kind's
-    tasks from the fewest FLOPs up. A session that stops half-way through a round has then
-    measured every kind (not only the first kinds of the batch's sort order), and the heaviest
-    tasks, which give the fewest records per second, come last."""
+    """The order a cycle round measures its batch in: each task kind gets an equal share of the
+    measuring time (the next task is the lightest one left of the kind that has had the least
+    time, `task_seconds`). A session that stops half-way through a round has then measured every
+    kind, and a kind of heavy tasks (3-D convs, batch-8 CNNs: seconds per program) cannot take
+    most of the time from the many light ones."""
+    import heapq
+
     by_kind: dict[str, list] = {}
     for t in tasks:
         by_kind.setdefault(t.kind, []).append(t)
-    groups = [sorted(g, key=lambda t: (t.flops, t.hash)) for _, g in sorted(by_kind.items())]
-    return [g[i] for i in range(max(map(len, groups), default=0)) for g in groups if i < len(g)]
+    queues = {k: sorted(g, key=lambda t: (t.flops, t.hash), reverse=True) for k, g in by_kind.items()}
+    heap = [(0.0, k) for k in sorted(queues)]
+    out = []
+    while heap:
+        spent, k = heapq.heappop(heap)
+        task = queues[k].pop()
+        out.append(task)
+        if queues[k]:
+            heapq.heappush(heap, (spent + task_seconds(task), k))
+    return out
 
 
 def gain_batch(tasks: list, size: int, bests: dict[str, float], previous: dict[str, float],
