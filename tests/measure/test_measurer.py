@@ -148,6 +148,29 @@ def test_packed_weights_are_measured_and_checked(host):
         assert bad[0].error.startswith("WrongResult"), bad[0].error
 
 
+def test_packing_that_keeps_the_weight_shape_is_checked_through_it(host):
+    """A square weight packed by a plain transpose: the timed function's weight argument has the
+    model's shape but not its layout, so the check must still run the program with its packing
+    (it once compared the timed function on unpacked weights: a false WrongResult)."""
+    import torch
+    from tvm.s_tir import Schedule
+
+    from tlm.graph.extract import extract_tasks
+
+    torch.manual_seed(0)
+    tasks = extract_tasks(torch.nn.Linear(32, 32).eval(), (torch.randn(1, 16, 32),), target=host)
+    (task,) = [t for t in tasks if "matmul" in t.name]
+    sch = Schedule(task.mod)
+    block = sch.get_sblock("matmul")
+    weight = next(i for i, r in enumerate(sch.get(block).reads) if str(r).startswith("param_0["))
+    packing = sch.cache_read(block, weight, "global")
+    sch.annotate(packing, "meta_schedule.layout_rewrite_preproc", True)
+    sch.transform_layout(block, ("read", weight), lambda k, j: (j, k))  # [32, 32] -> [32, 32]^T
+    with Measurer(host, MeasureConfig(**FAST)) as m:
+        (res,) = m.measure([Candidate(task, schedule=sch, proposer="test")])
+    assert res.ok, res.error
+
+
 def test_timing_budget_cuts_repeats_of_slow_programs(host, matmul32):
     """A program slower than the timing budget gets one reading (its checked run, which told how
     slow it is); without a budget every program gets `repeat`."""
