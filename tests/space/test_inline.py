@@ -35,8 +35,12 @@ def test_fast_softmax_computes_exp_once_and_stays_correct(host):
     marked = keep_shared_math(task.mod)
     assert INLINE_RULE in tvm.ir.save_json(marked) and INLINE_RULE not in tvm.ir.save_json(task.mod)
 
+    from tlm.search.baselines import tune_context
+
     space = task_space(task, host)
-    for trace in space.traces:
+    baseline = tune_context(task, host).generate_design_space()  # random and MetaSchedule's spaces
+    assert len(baseline) == len(space.traces)
+    for trace in space.traces + [s.trace for s in baseline]:
         assert "T_fast_exp" not in _inlined_blocks(trace)
     args = [np.random.default_rng(0).standard_normal(a["shape"]).astype(a["dtype"]) for a in task.args]
     want = np.exp(args[0] - args[0].max(-1, keepdims=True))

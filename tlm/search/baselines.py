@@ -23,11 +23,12 @@ def tune_context(task: Task, target, strategy: str | None = None):
     """MetaSchedule's TuneContext of a task: its design spaces, postprocessors, search strategy."""
     from tvm.s_tir import meta_schedule as ms
 
+    from tlm.space.inline import space_mod
     from tlm.space.intrin import light_tensor_intrin
 
     light_tensor_intrin()
-    return ms.TuneContext(
-        mod=task.mod, target=target.tvm(), space_generator="post-order-apply",
+    return ms.TuneContext(  # the same spaces as tlm's own (tlm.space.inline)
+        mod=space_mod(task, target), target=target.tvm(), space_generator="post-order-apply",
         search_strategy=strategy, task_name=task.name, num_threads=max(1, target.cores),
     )
 

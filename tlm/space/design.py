@@ -87,7 +87,7 @@ class TaskSpace:
     """The design spaces of one task on one target, with what a replay needs."""
 
     def __init__(self, task: Task, target: TargetInfo):
-        from tlm.space.inline import keep_shared_math
+        from tlm.space.inline import space_mod
         from tlm.space.intrin import light_tensor_intrin
 
         light_tensor_intrin()
@@ -100,10 +100,8 @@ class TaskSpace:
             gen = ms.space_generator.PostOrderApply(sch_rules="cuda", postprocs="cuda", mutator_probs="cuda")
         else:
             gen = "post-order-apply"
-        # CPU spaces compute costly math that two blocks read once (softmax's exp: tlm.space.inline)
-        mod = task.mod if target.kind == "cuda" else keep_shared_math(task.mod)
-        try:
-            ctx = ms.TuneContext(mod=mod, target=target.tvm(), space_generator=gen, task_name=task.name, num_threads=1)
+        try:  # CPU spaces compute costly math that two blocks read once (tlm.space.inline)
+            ctx = ms.TuneContext(mod=space_mod(task, target), target=target.tvm(), space_generator=gen, task_name=task.name, num_threads=1)
             spaces = ctx.generate_design_space()
         except Exception as err:  # TVM errors carry long C++ traces; keep one line
             raise TlmError(f"no design space for task {task.name}: {_line(err)}") from None

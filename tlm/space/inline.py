@@ -55,6 +55,12 @@ def shared_costly_blocks(mod) -> list[str]:
     return names
 
 
+def space_mod(task, target):
+    """The module a task's design spaces are generated from, for every tuner (tlm's, random,
+    MetaSchedule's): CPU targets keep shared costly math; CUDA spaces are TVM's as they are."""
+    return task.mod if target.kind == "cuda" else keep_shared_math(task.mod)
+
+
 def keep_shared_math(mod):
     """`mod` with the blocks of `shared_costly_blocks` marked not to be inlined (the same module
     when there is none)."""
