@@ -250,7 +250,8 @@ def write_report(res: dict, out: Path, contenders: list[str]) -> None:
              f"Base `{Path(s['base']).name}`, fine-tuned with the default config, seed {s['seed']}; "
              f"{s['n']} samples per task, one seed for all models. Every program measured once (timing budget "
              f"{s['timing_budget_ms']:g} ms), a task's programs of all contenders in one batch. {s['seconds']} s.", "",
-             f"Command: `.venv/bin/python bench/learning.py --tasks {s['tasks']} --k {k} --n {s['n']}`", "",
+             f"Command: `.venv/bin/python bench/learning.py --tasks {s['tasks']} --k {k} --n {s['n']}"
+             f"{'' if s['methods'] == list(METHODS) else ' --methods ' + ' '.join(s['methods'])}`", "",
              "| method | demonstrations | steps | lr | fine-tune s | final loss |", "|---|---:|---:|---:|---:|---:|"]
     for m, f in res["finetune"].items():
         lines.append(f"| {m} | {f['demonstrations']} | {f['steps']} | {f.get('lr', 0):.2g} | {f['seconds']:.0f} | "
