@@ -4,10 +4,10 @@
 
 The training tasks (the sources' tasks minus every task of the held-out test workloads,
 optionally capped with --max-tasks, spread across task kinds) are sorted by task kind and dealt
-into k_b batches, one every k_b. Round r takes batch r mod k_b (every task kind gets an equal
-share of the measuring time, lightest tasks first: tlm.search.loop_state.round_order) (`--schedule gain`: after the first
-k_b rounds, the tasks where the weighted total latency is expected to gain most,
-tlm.search.loop_state.gain_batch): the newest finished model (round
+into k_b batches, one every k_b. Round r takes batch r mod k_b, measured so that every task kind
+gets an equal share of the time, lightest tasks first (tlm.search.loop_state.round_order);
+`--schedule gain`: after the first k_b rounds, the tasks where the weighted total latency is
+expected to gain most (tlm.search.loop_state.gain_batch). The newest finished model (round
 0: the base) generates k_p new programs per task (sentences already in the database are
 skipped), they are measured and committed (proposer "tlm", round r), then the demonstrations
 (the best measured program of every training task, over all records) fine-tune the BASE model

@@ -36,23 +36,28 @@ def _op_count(expr) -> int:
     return 0
 
 
+def _costly_shared(sch) -> list:
+    """Block RVs of the spatial blocks of `sch`'s main function that at least two blocks read and
+    whose value costs more than COSTLY_OPS arithmetic operations."""
+    from tvm import tirx
+
+    out = []
+    for rv in sch.get_child_blocks(sch.get_sblock("root", func_name="main")):
+        block = sch.get(rv)
+        if len(block.writes) != 1 or any(int(iv.iter_type) != tirx.IterVar.DataPar for iv in block.iter_vars):
+            continue  # not a spatial block with one output
+        value = getattr(block.body, "value", None)  # a BufferStore's value
+        if value is not None and _op_count(value) > COSTLY_OPS and len(sch.get_consumers(rv)) >= 2:
+            out.append(rv)
+    return out
+
+
 def shared_costly_blocks(mod) -> list[str]:
-    """Names of the spatial blocks of `mod`'s main function that at least two blocks read and whose
-    value costs more than COSTLY_OPS arithmetic operations."""
+    """Names of the blocks `keep_shared_math` marks."""
     from tvm import s_tir
 
     sch = s_tir.Schedule(mod, debug_mask=0)
-    root = sch.get_sblock("root", func_name="main")
-    names = []
-    for rv in sch.get_child_blocks(root):
-        block = sch.get(rv)
-        if len(block.writes) != 1 or any(int(iv.iter_type) != 0 for iv in block.iter_vars):
-            continue  # not a spatial block with one output
-        value = getattr(block.body, "value", None)  # a BufferStore's value
-        if value is None or len(sch.get_consumers(rv)) < 2 or _op_count(value) <= COSTLY_OPS:
-            continue
-        names.append(str(block.name_hint))
-    return names
+    return [str(sch.get(rv).name_hint) for rv in _costly_shared(sch)]
 
 
 def space_mod(task, target):
@@ -62,14 +67,12 @@ def space_mod(task, target):
 
 
 def keep_shared_math(mod):
-    """`mod` with the blocks of `shared_costly_blocks` marked not to be inlined (the same module
-    when there is none)."""
+    """`mod` with its shared costly blocks marked not to be inlined (the same module when there
+    is none)."""
     from tvm import s_tir
 
-    names = shared_costly_blocks(mod)
-    if not names:
-        return mod
     sch = s_tir.Schedule(mod, debug_mask=0)
-    for name in names:
-        sch.annotate(sch.get_sblock(name, func_name="main"), INLINE_RULE, "disable")
-    return sch.mod
+    blocks = _costly_shared(sch)
+    for rv in blocks:
+        sch.annotate(rv, INLINE_RULE, "disable")
+    return sch.mod if blocks else mod
