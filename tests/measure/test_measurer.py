@@ -54,6 +54,16 @@ def test_compare():
     assert compare(a, a, 1e-4, 1e-5) is None
     assert "diff" in compare(a * 1.01, a, 1e-4, 1e-5)
     assert compare(np.zeros(3, "int64"), np.ones(3, "int64"), 0, 0) == "3 elements differ"
+    # NaN only where the reference has one; the tolerance scales with the largest magnitude.
+    nan = np.array([1.0, np.nan, 1e4], "float32")
+    assert compare(nan, nan, 1e-4, 1e-5) is None
+    assert "NaN" in compare(np.array([1.0, 2.0, 1e4], "float32"), nan, 1e-4, 1e-5)
+    assert compare(nan + np.float32(0.5), nan, 1e-4, 1e-5) is None  # 0.5 <= 1e-4 x 1e4
+    assert "diff" in compare(nan + np.float32(2.0), nan, 1e-4, 1e-5)
+    assert compare(np.full(2, np.nan, "float32"), np.full(2, np.nan, "float32"), 0, 0) is None
+    assert "diff" in compare(np.array([1, 2], "float16"), np.array([1, 3], "float16"), 1e-4, 1e-5)
+    assert compare(np.array([1, 2 + 1e-13]), np.array([1.0, 2.0]), 1e-12, 0) is None  # float64 stays
+    assert "diff" in compare(np.array([1, 2 + 1e-10]), np.array([1.0, 2.0]), 1e-12, 0)
 
 
 def test_matmul_measures_and_wrong_program_is_error(measurer, host, matmul32):
@@ -205,12 +215,18 @@ def test_slow_factor_skips_timing_far_from_the_best(host, matmul32):
         (bad,) = m.measure([cand], best_s={matmul32.hash: 1e-12})
         assert bad.error.startswith("WrongResult"), bad.error
     # A program still running past its limit (here: no grace at all) is stopped, as a "Slow:" error.
+    # It must run for a while (the naive 384^3 matmul: ~0.1 s), or it may finish before it is cut.
     import tlm.measure.workers as workers
+    from tvm.s_tir import Schedule
 
+    from tlm.graph.tasks import matmul_task
+
+    big = matmul_task(384)
+    naive = Candidate(big, schedule=Schedule(big.mod), proposer="test")
     grace, workers.LIMIT_GRACE_S = workers.LIMIT_GRACE_S, 0.0
     try:
         with Measurer(host, cfg) as m:
-            (cut,) = m.measure([cand], best_s={matmul32.hash: 1e-12})
+            (cut,) = m.measure([naive], best_s={big.hash: 1e-12})
             (after,) = m.measure([cand])  # the stopped worker is replaced
     finally:
         workers.LIMIT_GRACE_S = grace

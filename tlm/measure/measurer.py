@@ -9,6 +9,11 @@ timeouts and futures). Two things are ours:
   wrong program becomes an error and is never timed or counted as fast. Integer inputs are
   zeros, which are valid indices for gather/take tasks.
 A build or run failure is data (`MeasureResult.error`), never an exception that stops a batch.
+
+Throughput (the collector's measurements per second; `bench/measure_rate.py`): a task's reference
+is computed in its own worker while the task's programs build; local builds export shared
+libraries, linked in the parallel build workers rather than at load in the one run worker; the
+reference is hard-linked beside each artifact, not copied.
 """
 
 from __future__ import annotations
@@ -26,8 +31,8 @@ from typing import Any
 from tlm.errors import TlmError
 from tlm.graph.target import TargetInfo, resolve_target
 from tlm.graph.tasks import Task
-from tlm.measure.workers import (CheckConfig, builder_class, build_in_worker, make_inputs, ref_beside, runner_classes,
-                                 warm_worker, write_limit)
+from tlm.measure.workers import (CheckConfig, builder_class, build_in_worker, export_shared_in_worker, ref_beside,
+                                 reference_in_worker, runner_classes, warm_worker, write_limit)
 from tlm.space.design import plain_json
 
 
@@ -41,6 +46,7 @@ class MeasureConfig:
     enable_cpu_cache_flush: bool = True
     build_timeout_s: float = 30.0
     run_timeout_s: float = 30.0
+    reference_timeout_s: float = 600.0  # the untuned program's build and run (naive 3-D convs: ~1 min)
     builder_workers: int | None = None  # default: the target's cores
     remeasure_top: int = 2  # the best few of a batch are timed again
     # > 0: a program whose checked (untimed) run took t ms gets floor(budget / t) timed repeats
@@ -110,6 +116,15 @@ def _short(msg: str, limit: int = 1500) -> str:
     return text[-limit:] if text else "unknown error"
 
 
+def _place(src: str, dst: str) -> None:
+    """Put the reference beside an artifact: a hard link (references of batch-8 convs are tens of
+    MB, once per program), a copy across file systems."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy(src, dst)
+
+
 # ---------------------------------------------------------------- the measurer
 class Measurer:
     """Builds and times candidates for one target; reusable across batches and tasks."""
@@ -119,8 +134,10 @@ class Measurer:
         self.config = config or MeasureConfig()
         self._refdir = tempfile.mkdtemp(prefix="tlm-ref-")
         self._refs: dict[str, str] = {}
+        self._pending: dict[str, Any] = {}  # task hash -> Future of its reference, being computed
         self._builder = None
         self._runner = None
+        self._ref_pool = None
         self.measured = 0
 
     @property
@@ -137,7 +154,12 @@ class Measurer:
             max_workers=cfg.builder_workers or max(1, self.target.cores),
             timeout_sec=cfg.build_timeout_s,
             f_build=build_in_worker,
+            f_export=None if self.rpc else export_shared_in_worker,
         )
+        from tvm.support.popen_pool import PopenPoolExecutor
+
+        # References are computed beside the builds (one process: a naive run is single-threaded).
+        self._ref_pool = PopenPoolExecutor(max_workers=1, timeout=cfg.reference_timeout_s, initializer=warm_worker)
         ev = EvaluatorConfig(cfg.number, cfg.repeat, cfg.min_repeat_ms, cfg.enable_cpu_cache_flush)
         local_cls, rpc_cls = runner_classes()
         check = CheckConfig(cfg.rtol, cfg.atol, cfg.timing_budget_ms)
@@ -155,28 +177,27 @@ class Measurer:
                 check=check, timeout_sec=cfg.run_timeout_s, evaluator_config=ev, initializer=warm_worker
             )
 
+    def _start_reference(self, task: Task) -> None:
+        """Start computing `task`'s reference in the reference worker, unless known or under way."""
+        if task.hash in self._refs or task.hash in self._pending:
+            return
+        self._setup()
+        args_info = [["TENSOR", a["dtype"], a["shape"]] for a in task.args]
+        path = os.path.join(self._refdir, f"{task.hash}.npz")
+        self._pending[task.hash] = self._ref_pool.submit(reference_in_worker, task.mod, args_info, path)
+
     def reference(self, task: Task) -> str:
-        """Path of the untuned task's inputs and outputs (built once per task, run on this host)."""
+        """Path of the untuned task's inputs and outputs (built once per task, run on this host);
+        raises when the untuned program cannot be built or run here."""
         if task.hash in self._refs:
             return self._refs[task.hash]
-        import numpy as np
-        import tvm
-
-        from tlm.graph.target import host_target
-
-        args_info = [["TENSOR", a["dtype"], a["shape"]] for a in task.args]
-        inputs = make_inputs(args_info)
-        # The untuned program is naive but correct; build it for the host so it always runs here.
-        lib = tvm.compile(task.mod, target=host_target().tvm())
-        dev = tvm.cpu()
-        tensors = [tvm.runtime.tensor(x, dev) for x in inputs]
-        lib["main"](*tensors)
-        arrays = {f"in{i}": x for i, x in enumerate(inputs)}
-        arrays.update({f"out{i}": t.numpy() for i, t in enumerate(tensors)})
-        path = os.path.join(self._refdir, f"{task.hash}.npz")
-        np.savez(path, **arrays)
-        self._refs[task.hash] = path
-        return path
+        self._start_reference(task)
+        fut = self._pending.pop(task.hash)
+        try:
+            self._refs[task.hash] = fut.result()
+        except TimeoutError:
+            raise RuntimeError(f"the untuned program ran past {self.config.reference_timeout_s:g} s") from None
+        return self._refs[task.hash]
 
     def _prepare(self, cand: Candidate):
         """(scheduled IRModule, trace JSON) of a candidate; raises on an invalid trace."""
@@ -215,6 +236,8 @@ class Measurer:
             results.append(res)
         if not todo:
             return results
+        for i, _ in todo:  # computed while the programs build
+            self._start_reference(results[i].candidate.task)
         target = self.target.tvm()
         t0 = time.perf_counter()
         built = self._builder.build([BuilderInput(mod, target) for _, mod in todo])
@@ -228,7 +251,7 @@ class Measurer:
             path = str(b.artifact_path)
             dirs.append(os.path.dirname(path))
             try:
-                shutil.copy(self.reference(results[i].candidate.task), ref_beside(path))
+                _place(self.reference(results[i].candidate.task), ref_beside(path))
             except Exception as err:  # no reference: the program cannot be trusted
                 results[i].error = "ReferenceError: " + _short(err)
                 continue
@@ -288,13 +311,14 @@ class Measurer:
 
     def close(self) -> None:
         shutil.rmtree(self._refdir, ignore_errors=True)
-        for obj in (self._builder, self._runner):
+        self._pending.clear()
+        for obj in (self._builder, self._runner, self._ref_pool):
             try:
                 if obj is not None:
                     obj.shutdown() if hasattr(obj, "shutdown") else obj.pool.shutdown()
             except Exception:  # shutting down a dead pool is harmless
                 pass
-        self._builder = self._runner = None
+        self._builder = self._runner = self._ref_pool = None
 
     def __enter__(self) -> Measurer:
         return self
