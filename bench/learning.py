@@ -18,6 +18,10 @@
    samples (pick without measuring); random@k = k random programs of the task's space.
    A task's programs of all contenders are measured in one interleaved batch, each distinct
    program once, in WORK/eval-db (resumable; never written to the corpus: held-out tasks).
+   With --cost-model, an XGBoost cost model (tlm.search.costmodel) trained on the corpus ranks
+   pools of --cm-n programs the measurer never saw: TLM@k cm = best measured of the cost model's
+   top k of --cm-n generated programs, TLM@0 cm = its top 1, random@k cm = the same over --cm-n
+   random programs (a MetaSchedule-like baseline without evolution).
 5. Scores per contender: geometric mean over tasks of (its best latency / the best latency any
    contender found) and the weighted total latency relative to random@k; lower is better.
 
@@ -138,6 +142,43 @@ def programs(gen, task, n: int, seed: int) -> dict[str, list[str]]:
     return out
 
 
+def cost_model(work: Path, corpus: str, target, n_records: int, max_tasks: int, seed: int):
+    """The cost model trained on the corpus's records on this hardware (cached in WORK/models)."""
+    from tlm.measure.database import open_db
+    from tlm.search.costmodel import CostModel, CostModelConfig, training_groups
+
+    out = work / "models" / (f"costmodel-{n_records}" + (f"-{max_tasks}t" if max_tasks else ""))
+    try:
+        return CostModel.load(out)
+    except Exception:  # noqa: BLE001 - none cached yet: train it
+        pass
+    t0 = time.time()
+    with open_db(str(work / "corpus-db")) as db:
+        tasks = [t for h in sorted(db.best_by_task(target.key)) if (t := db.task(h)) is not None]
+        groups = training_groups(db, target, tasks[:max_tasks] if max_tasks else tasks)
+    model = CostModel(CostModelConfig(seed=seed, threads=target.cores)).fit(groups)
+    model.save(out)
+    print(f"cost model: {len(groups)} tasks, {sum(len(g[1]) for g in groups)} programs, {time.time() - t0:.0f} s")
+    return model
+
+
+def cm_top(cm, task, target, sentences: list[str], k: int) -> list[str]:
+    """The k of `sentences` the cost model predicts fastest (unparsable ones last)."""
+    from tlm.errors import TlmError
+    from tlm.space.design import task_space
+    from tlm.space.language import parse
+
+    sentences = list(dict.fromkeys(sentences))
+    schs, ok = [], []
+    for s in sentences:
+        try:
+            schs.append(parse(s, task, target, space=task_space(task, target)).sch)
+            ok.append(s)
+        except TlmError:
+            continue
+    return [ok[i] for i in cm.rank(task, schs, target)[:k]] if ok else []
+
+
 def random_sentences(task, target, k: int, seed: int) -> list[str]:
     from tlm.space.sampling import sample_task, task_seed
 
@@ -165,12 +206,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", default=None, help="models and databases (default work/learning-<hardware>)")
     p.add_argument("--out", default=str(ROOT / "bench" / "results"))
     p.add_argument("--workloads", nargs="+", default=EVAL_WORKLOADS)
-    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    p.add_argument("--methods", nargs="*", default=list(METHODS), choices=list(METHODS),
+                   help="fine-tuning methods (none: the base model only)")
     p.add_argument("--tasks", type=int, default=20)
     p.add_argument("--k", type=int, default=10, help="measured programs per task of TLM@k and random@k")
     p.add_argument("--n", type=int, default=16, help="samples per task (TLM@0 logprob picks among them)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timing-budget-ms", type=float, default=400.0)
+    p.add_argument("--cost-model", action="store_true", help="add the cost-model contenders (step 4)")
+    p.add_argument("--cm-n", type=int, default=40, help="programs per pool the cost model ranks")
+    p.add_argument("--cm-tasks", type=int, default=0, help="train the cost model on this many tasks (0: all)")
     args = p.parse_args(argv)
 
     from tlm.graph.target import resolve_target
@@ -205,17 +250,28 @@ def main(argv: list[str] | None = None) -> int:
                       "lr": rep["config"]["lr"], "seconds": rep["seconds"], "final_loss": rep["final_loss"]}
         print(f"{m}: {rep['demonstrations']} demonstrations, {rep['config']['steps']} steps, {rep['seconds']:.0f} s")
 
+    cm = cost_model(work, args.corpus, target, n_records, args.cm_tasks, args.seed) if args.cost_model else None
     gens = {name: Generator.from_dir(path, target) for name, path in models.items()}
     k = args.k
-    contenders = [f"random@{k}"] + [f"{g}:{c}" for g in gens for c in (f"TLM@{k}", "TLM@0 greedy", "TLM@0 logprob")]
+    kinds = (f"TLM@{k}", "TLM@0 greedy", "TLM@0 logprob") + ((f"TLM@{k} cm", "TLM@0 cm") if cm else ())
+    contenders = [f"random@{k}"] + ([f"random@{k} cm"] if cm else []) + [f"{g}:{c}" for g in gens for c in kinds]
     bench = Bench(work, target, MeasureConfig(timing_budget_ms=args.timing_budget_ms))
     per_task = []
     try:
         for i, (task, rand) in enumerate(held):
             progs = {g: programs(gen, task, args.n, args.seed) for g, gen in gens.items()}
+            picks = {}  # contender -> the sentences the cost model chose to measure
+            if cm:
+                pool = random_sentences(task, target, args.cm_n, args.seed + 1)
+                picks[f"random@{k} cm"] = cm_top(cm, task, target, pool, k)
+                for g, gen in gens.items():
+                    pool = [x.sentence for x in gen.generate(task, args.cm_n, seed=args.seed + 1)]
+                    picks[f"{g}:TLM@{k} cm"] = cm_top(cm, task, target, pool, k)
+                    picks[f"{g}:TLM@0 cm"] = picks[f"{g}:TLM@{k} cm"][:1]
             wanted = rand + [s for pr in progs.values() for s in pr["samples"][:k] + pr["greedy"] + pr["logprob"]]
-            lat = bench.latencies(task, wanted)
+            lat = bench.latencies(task, wanted + [s for v in picks.values() for s in v])
             best = {f"random@{k}": min((lat[s] for s in rand), default=math.inf)}
+            best.update({c: min((lat[s] for s in v), default=math.inf) for c, v in picks.items()})
             for g, pr in progs.items():
                 best[f"{g}:TLM@{k}"] = min((lat[s] for s in pr["samples"][:k]), default=math.inf)
                 best[f"{g}:TLM@0 greedy"] = min((lat[s] for s in pr["greedy"]), default=math.inf)
@@ -244,6 +300,7 @@ def write_report(res: dict, out: Path, contenders: list[str]) -> None:
     (out / "learning.json").write_text(json.dumps(res, indent=1, default=str))
     s, k = res["settings"], res["settings"]["k"]
     ref = f"total_vs_random@{k}"
+    cm_flags = f" --cost-model --cm-n {s['cm_n']}" if s.get("cost_model") else ""
     lines = ["# Learning from the corpus: which demonstrations, which TLM@0 pick", "",
              f"Corpus: {res['train_records']} records over {res['train_tasks']} training tasks on {s['hardware']}; "
              f"{len(res['tasks'])} held-out tasks of {', '.join(s['workloads'])} (largest per kind, then largest). "
@@ -251,7 +308,8 @@ def write_report(res: dict, out: Path, contenders: list[str]) -> None:
              f"{s['n']} samples per task, one seed for all models. Every program measured once (timing budget "
              f"{s['timing_budget_ms']:g} ms), a task's programs of all contenders in one batch. {s['seconds']} s.", "",
              f"Command: `.venv/bin/python bench/learning.py --tasks {s['tasks']} --k {k} --n {s['n']}"
-             f"{'' if s['methods'] == list(METHODS) else ' --methods ' + ' '.join(s['methods'])}`", "",
+             f"{'' if s['methods'] == list(METHODS) else ' --methods ' + ' '.join(s['methods'])}"
+             f"{cm_flags}`", "",
              "| method | demonstrations | steps | lr | fine-tune s | final loss |", "|---|---:|---:|---:|---:|---:|"]
     for m, f in res["finetune"].items():
         lines.append(f"| {m} | {f['demonstrations']} | {f['steps']} | {f.get('lr', 0):.2g} | {f['seconds']:.0f} | "
@@ -262,7 +320,7 @@ def write_report(res: dict, out: Path, contenders: list[str]) -> None:
     for c in contenders:
         r = res["scores"][c]
         lines.append(f"| {c} | {_fmt(r['geomean_vs_best'])} | {_fmt(r[ref])} | {r['tasks_with_program']}/{len(res['tasks'])} |")
-    cols = [c for c in contenders if c.startswith("random") or c.endswith(f"TLM@{k}")]
+    cols = [c for c in contenders if c.startswith("random") or c.endswith((f"TLM@{k}", f"TLM@{k} cm"))]
     lines += ["", f"Per task: the best latency any contender found (us) and each TLM@{k} / random@{k} over it.", "",
               "| task | weight | best us | " + " | ".join(cols) + " |", "|---|---:|---:|" + "---:|" * len(cols)]
     for t in res["tasks"]:
