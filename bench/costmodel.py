@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             exp2 += min(1.0, 2 / len(lat))
             exp4 += min(1.0, 4 / len(lat))
     n = len(pick)
-    res = {"command": "python bench/costmodel.py " + " ".join(sys.argv[1:] if argv is None else argv),
+    res = {"command": ("python bench/costmodel.py " + " ".join(sys.argv[1:] if argv is None else argv)).strip(),
            "hardware": hardware_slug(target.key), "records": records, "tasks": len(groups),
            "programs": sum(len(lat) for _, lat in groups), "test_tasks": n, "featurize_s": round(feat_s),
            "seconds": round(time.time() - t0),
