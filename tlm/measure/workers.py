@@ -26,7 +26,7 @@ REF_NAME = "tlm_ref.npz"
 LIMIT_NAME = "tlm_untimed_above_ms.txt"  # beside an artifact: MeasureConfig.slow_factor's limit
 LIMIT_GRACE_S = 3.0  # beyond a limit, time to load the module and inputs before a run is stopped
 CHECK_FUNC = "tlm_check"
-WARM_RUN_BELOW_MS = 20.0  # a program left untimed after a shorter checked run is run once more, warm
+WARM_RUN_BELOW_MS = 20.0  # a program left untimed after a shorter checked run gets warm reruns (1-3)
 
 
 # ---------------------------------------------------------------- worker-side functions
