@@ -176,19 +176,19 @@ def _check_and_time(rt_mod, device, cfg, args_info, ref_path, check_cfg: CheckCo
         def untimed() -> bool:
             return bool((limit_ms and first_ms > limit_ms) or (budget_ms and first_ms >= budget_ms))
 
-        if packed is None and untimed() and first_ms < WARM_RUN_BELOW_MS:
+        if packed is None and untimed():
             # A short program's first (cold) run can read several times its time (thread wake-up,
             # lazy symbol binding: 130-200 us for a 15-30 us program, and up to 90 us the second
             # time): the fastest of a few warm runs decides, and is its reading.
-            for _ in range(3 if first_ms < 1.0 else 1):
+            for _ in range(0 if first_ms >= WARM_RUN_BELOW_MS else 3 if first_ms < 1.0 else 1):
                 t0 = time.perf_counter()
                 check(*got)
                 device.sync()
                 first_ms = min(first_ms, (time.perf_counter() - t0) * 1e3)
-        if packed is None and untimed():
-            # far from the task's best, or one run already spends the timing budget (one timed
-            # repeat would be a single reading too): the checked run is its reading
-            return [first_ms / 1e3]
+            if untimed():
+                # far from the task's best, or one run already spends the timing budget (one
+                # timed repeat would be a single reading too): the checked run is its reading
+                return [first_ms / 1e3]
     # Timed on the reference inputs where the shapes agree; packed weights get inputs of their own
     # shape (values do not change the time of these programs).
     def timed_input(i: int):
