@@ -1,6 +1,7 @@
 """Cost model: features of real programs, trained on really measured latencies read back from a
 records database (traces and sentences), ranks, saves and loads; bad input is a TlmError."""
 
+import json
 import math
 
 import numpy as np
@@ -64,3 +65,113 @@ def test_nothing_to_learn_is_a_one_line_error(tmp_path):
         CostModel.load(tmp_path)
     with pytest.raises(TlmError, match="not trained"):
         CostModel().predict(np.zeros((1, 329), "float32"))
+
+
+@pytest.fixture(scope="module")
+def cm_dir(measured, tasks, host, tmp_path_factory):
+    """A real cost model (20 trees) trained on the measured random programs."""
+    from tlm.search.costmodel import CostModel, CostModelConfig, training_groups
+
+    out = tmp_path_factory.mktemp("cm")
+    CostModel(CostModelConfig(trees=20)).fit(training_groups(measured, host, tasks)).save(out)
+    return out
+
+
+def _target(isa, arch="x86_64"):
+    from tlm.graph.target import TargetInfo
+
+    return TargetInfo({"kind": "llvm", "mtriple": f"{arch}-unknown-linux-gnu", "mcpu": f"cpu-{isa}"}, "llvm",
+                      f"cpu-{isa}", 2, 256, isa)
+
+
+def test_default_cost_model_exact_then_same_arch_with_a_note(tmp_path, monkeypatch, capsys):
+    import json
+
+    import tlm.model.lm as lm
+    from tlm.model.lm import target_summary
+    from tlm.search.costmodel import META_FILE, MODEL_FILE, default_cost_model, load_cost_model
+
+    monkeypatch.setattr(lm, "repo_root", lambda: tmp_path)
+    avx2, avx512, neon = _target("avx2"), _target("avx512"), _target("neon", "aarch64")
+    assert default_cost_model(avx2) is None and load_cost_model("none", avx2) is None
+    assert load_cost_model("auto", avx2) is None
+    path = tmp_path / "pretrained" / "costmodel-llvm-x86_64"
+    path.mkdir(parents=True)
+    (path / MODEL_FILE).write_text("{}")
+    (path / META_FILE).write_text(json.dumps({"targets": [target_summary(avx512)]}))
+    assert default_cost_model(avx512) == path and capsys.readouterr().err == ""
+    assert default_cost_model(avx2) == path  # learned on another CPU of the arch: said once
+    err = capsys.readouterr().err
+    assert err.startswith("tlm: note: no cost model for llvm/avx2; ranking with pretrained/costmodel-llvm-x86_64")
+    assert err.count("\n") == 1 and default_cost_model(neon) is None
+
+
+def test_tuner_picks_and_ranks_with_the_cost_model(cm_dir, tasks, host, base_dir, tmp_path):
+    """--budget 0 stores the cost model's top pick of the samples; a proposal of n programs keeps
+    the first choice first and the cost model's top n - 1 of the other samples (the real cost
+    model, spied on to see what it ranked)."""
+    from tlm.measure.database import open_db
+    from tlm.measure.measurer import MeasureConfig
+    from tlm.model.generate import Generator
+    from tlm.search.base import TuneConfig, seeds
+    from tlm.search.costmodel import CostModel
+    from tlm.search.tlm_tuner import TlmTuner
+    from tlm.search.tune import tune
+    from tlm.space.language import parse
+
+    cfg = TuneConfig(cost_model=str(cm_dir), pick_samples=8, cm_pool=3, batch_size=4,
+                     measure=MeasureConfig(repeat=2, min_repeat_ms=1, remeasure_top=0))
+    tune(tasks, "tlm", "0", str(tmp_path / "db"), target=host, config=cfg, progress=False, model=str(base_dir))
+    cm, gen = CostModel.load(cm_dir), Generator.from_dir(base_dir, host)
+    with open_db(str(tmp_path / "db")) as db:
+        for task in tasks:
+            samples = [g.sentence for g in gen.generate(task, 8, seed=seeds(0, task, 0, 2)[1])]
+            schs = [parse(s, task, host).sch for s in samples]
+            assert db.compile_record(task.hash, host.key).sentence == samples[cm.rank(task, schs, host)[0]]
+
+    class Spy:
+        def __init__(self):
+            self.calls = []
+
+        def rank(self, task, schs, target):
+            order = cm.rank(task, schs, target)
+            self.calls.append((schs, order))
+            return order
+
+    with open_db(str(tmp_path / "db2")) as db:
+        tuner = TlmTuner(tasks, db, host, cfg, progress=False)
+        tuner._generator, tuner._cm = gen, Spy()
+        st = tuner._state(tasks[0], 4)
+        cands = tuner._propose(st, 3, 0, greedy=True)
+        tuner.measurer.close()
+    (pick_schs, pick_order), (schs, order) = tuner._cm.calls
+    assert len(pick_schs) == 8 and len(schs) == 3 * 3 - 1 and len(cands) == 3
+    assert cands[0].schedule is pick_schs[pick_order[0]]
+    assert [c.schedule for c in cands[1:]] == [schs[i] for i in order[:2]]
+
+
+def test_cli_costmodel_trains_on_the_corpus(measured, host, tmp_path, monkeypatch, capsys, tasks):
+    from types import SimpleNamespace
+
+    import tlm.graph.extract
+    from tlm.cli import main
+    from tlm.measure.shards import flush
+    from tlm.search.costmodel import META_FILE, CostModel
+
+    flush(measured, tmp_path / "corpus")
+    out = tmp_path / "cm"
+    argv = ["costmodel", "--corpus", str(tmp_path / "corpus"), "--out", str(out), "--work", str(tmp_path / "w"),
+            "--trees", "5"]
+    assert main(argv) == 0
+    meta = json.loads((out / META_FILE).read_text())
+    assert meta["programs"] == 20 and meta["tasks"] == 2 and [t["cpu"] for t in meta["targets"]] == [host.cpu]
+    assert "cost model in" in capsys.readouterr().out and CostModel.load(out).config.trees == 5
+    assert main(["costmodel", "--corpus", str(tmp_path / "none"), "--out", str(out)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    monkeypatch.setattr(tlm.graph.extract, "tasks_for_source", lambda source, target=None: SimpleNamespace(
+        tasks=tasks, target=host))
+    argv = ["tune", "toy", "--tuner", "tlm", "--budget", "0", "--cost-model", str(tmp_path / "none"),
+            "--db", str(tmp_path / "db")]
+    assert main(argv) == 2 and not (tmp_path / "db").exists()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds no cost model" in err

@@ -165,3 +165,39 @@ def test_gain_batch_prefers_heavy_improving_tasks():
     # task whose 2 k_p programs all failed last.
     assert [t.name for t in got] == ["fresh", "light", "heavy", "failing"]
     assert [t.name for t in gain_batch([heavy, light], 1, bests, {}, counts, kp=8)] == ["heavy"]
+
+
+@pytest.mark.tvm
+def test_a_cost_model_chooses_what_a_round_measures(base_dir, tasks, host, tmp_path, measurer, monkeypatch):
+    """With a cost model, a task's k_p programs are cm_explore plain samples and the cost model's
+    top picks of the other samples (cm_pool x k_p in all). The cost model is real XGBoost, fitted
+    here on real features of random programs with made-up latencies: this checks which samples
+    are measured, not how well it ranks."""
+    from tlm.search.costmodel import CostModel, CostModelConfig, features
+    from tlm.space.design import random_program
+
+    groups = []
+    for t in tasks:
+        progs = [p for p in (random_program(t, host, s) for s in range(12)) if p.ok][:6]
+        groups.append((features(t, [p.sch for p in progs], host), [1e-3 * (1 + i) for i in range(len(progs))]))
+    CostModel(CostModelConfig(trees=5)).fit(groups).save(tmp_path / "cm")
+    real, ranked = CostModel.rank, []
+
+    def spy(self, task, schs, target):
+        order = real(self, task, schs, target)
+        ranked.append((task.hash, [schs[i] for i in order]))
+        return order
+
+    monkeypatch.setattr(CostModel, "rank", spy)
+    measured = []
+    monkeypatch.setattr(type(measurer), "measure", lambda self, cands, best_s=None, _m=type(measurer).measure: (
+        measured.append(cands), _m(self, cands, best_s))[1])
+    cfg = _config(base_dir, tmp_path / "work", kb=1, kp=3, rounds=1, pipeline=False, cost_model=str(tmp_path / "cm"),
+                  cm_pool=3, cm_explore=1)
+    res = run_loop(cfg, tasks, progress=False, measurer=measurer)
+    assert res["measured_now"] == 6 and len(ranked) == 2 and [len(c) for c in measured] == [3, 3]
+    for cands, (h, order) in zip(measured, ranked):
+        assert 2 <= len(order) <= 8 and cands[0].task.hash == h
+        assert cands[0].schedule not in order and [c.schedule for c in cands[1:]] == order[:2]
+    state = json.loads((tmp_path / "work" / "state.json").read_text())
+    assert state["rounds"][0]["cost_model"]["path"] == str(tmp_path / "cm")

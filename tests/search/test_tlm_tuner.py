@@ -33,6 +33,7 @@ def _config(**kw):
     from tlm.measure.measurer import MeasureConfig
     from tlm.search.base import TuneConfig
 
+    kw = {"cost_model": "none", "pick_samples": 16, **kw}  # the cost model's tests: tests/search/test_costmodel.py
     return TuneConfig(batch_size=4, measure=MeasureConfig(repeat=2, min_repeat_ms=2, remeasure_top=1, builder_workers=1), **kw)
 
 

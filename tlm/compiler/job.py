@@ -110,7 +110,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     info = resolve_target(args.target)
     imported, tasks = load(args.source, target=info)
     cfg = CompileConfig(repeat=args.repeat, compare=not args.no_compare)
-    tcfg = TuneConfig(batch_size=args.batch_size, seed=args.seed)
+    tcfg = TuneConfig(batch_size=args.batch_size, seed=args.seed, cost_model=args.cost_model)
     progress = not args.json and sys.stderr.isatty() or args.progress
     model = tune_and_compile(imported, tasks, info, db=args.db, budget=args.budget,
                              model=args.model, tune_config=tcfg, output=args.output, config=cfg,
@@ -168,6 +168,8 @@ def register_cli(sub) -> None:
                         "or 0 for each task's greedy program without measuring")
     p.add_argument("--model", default=None,
                    help="TLM model directory for --budget (default: the shipped one for the target)")
+    p.add_argument("--cost-model", default="auto",
+                   help="--budget: the cost model ranking the model's samples: auto (the shipped one), none, or a directory")
     p.add_argument("-o", "--output", default=None, help="where to save the compiled library (.so)")
     p.add_argument("--target", default=None, help="'host' (default), or a TVM target as JSON")
     p.add_argument("--repeat", type=int, default=10, help="timed repeats (median)")

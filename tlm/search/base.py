@@ -29,10 +29,16 @@ class TuneConfig:
     model: str | None = None  # tlm: model directory (default: the shipped one for the target)
     round_size: int = 4  # tlm: new programs per task per scheduling round
     # tlm: the model's first choice for a task (what --budget 0 compiles, and the first program
-    # measured): "logprob" (the most likely of `pick_samples` distinct samples by generation
-    # log-prob) or "greedy" (word-by-word argmax); logprob measured better (bench/results/learning.md)
-    pick: str = "logprob"
-    pick_samples: int = 16
+    # measured): "cost" (the cost model's top pick of `pick_samples` distinct samples; by log-prob
+    # when there is no cost model), "logprob" (the most likely sample by generation log-prob) or
+    # "greedy" (word-by-word argmax). cost < logprob < greedy in latency (bench/results/learning-cm).
+    pick: str = "cost"
+    pick_samples: int = 32
+    # tlm: the cost model ranking the model's samples (tlm.search.costmodel): "auto" (the shipped
+    # one for the target, if any), "none", or a directory. With one, a task's n new programs are
+    # the n it ranks first of `cm_pool` x n samples (the rest are not measured).
+    cost_model: str = "auto"
+    cm_pool: int = 4
     measure: MeasureConfig = field(default_factory=MeasureConfig)
 
     def to_json(self) -> dict[str, Any]:

@@ -7,6 +7,8 @@ on the best programs) over the training tasks, with every record also written to
 append-only, compressed, immutable shards (tlm.measure.shards): at most --flush-minutes after it
 was measured, at the end of the run, and when the run is stopped (Ctrl-C, SIGTERM, --hours).
 After kill -9, the next start flushes what the work database holds and the corpus lacks.
+By default the shipped cost model (`tlm costmodel`, pretrained/costmodel-*) chooses 6 of each
+task's 8 programs among 32 samples, and 2 are plain samples (`--cost-model none`: all plain).
 
 A start on any machine first ingests every shard of the corpus into the work database (records
 of every hardware; each keeps its target key), so a program is never measured twice on the same
@@ -237,9 +239,12 @@ def _cmd_collect(args: argparse.Namespace) -> int:
     loop = LoopConfig(base=args.base or "", work=args.work or "", sources=list(args.sources), kb=args.kb,
                       kp=args.kp, rounds=args.rounds, max_tasks=args.max_tasks, seed=args.seed, target=args.target,
                       pipeline=args.pipeline, ft_threads=args.ft_threads, schedule=args.schedule,
+                      cost_model=args.cost_model, cm_pool=args.cm_pool, cm_explore=args.cm_explore,
                       measure=measure_config_from_args(args))
     if args.hours < 0 or args.flush_minutes <= 0:
         raise TlmError("--hours must be >= 0 and --flush-minutes > 0")
+    if args.cm_pool < 1 or args.cm_explore < 0:
+        raise TlmError("--cm-pool must be >= 1 and --cm-explore >= 0")
     cfg = CollectConfig(corpus=args.corpus, hours=args.hours, flush_minutes=args.flush_minutes, loop=loop)
     res = collect(cfg, progress=args.progress, log=lambda m: print(m, file=sys.stderr, flush=True))
     if args.json:
@@ -284,6 +289,12 @@ def register_cli(sub) -> None:
     p.add_argument("--max-tasks", type=int, default=0)
     p.add_argument("--schedule", default="gain", choices=["cycle", "gain"],
                    help="gain (default): after one cycle over the batches, the tasks expected to gain most")
+    p.add_argument("--cost-model", default="auto",
+                   help="which samples to measure: auto (default: ranked by the shipped cost model for the "
+                        "target, if any), none (every sample), or a cost model directory")
+    p.add_argument("--cm-pool", type=int, default=4, help="with a cost model: samples per measured program")
+    p.add_argument("--cm-explore", type=int, default=2,
+                   help="with a cost model: programs per task and round measured unranked (plain samples)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ft-threads", type=int, default=0, help="0: 1 with --pipeline, else every core")
     p.add_argument("--pipeline", action="store_true",

@@ -7,6 +7,12 @@ program), summed and maxed over stores, plus the store count; the label is how f
 from its task's best, -log(latency / best) (0 for the best), clipped at `CostModelConfig.clip`,
 so every task weighs the same whatever its absolute time. Model: XGBoost regression.
 Tasks with fewer than 2 correct programs teach nothing about ranking and are left out.
+
+    tlm costmodel [--corpus data/corpus] --out DIR     train one on every record of the corpus
+
+The shipped one, `pretrained/costmodel-KIND-ARCH` (`default_cost_model`), ranks the TLM tuner's
+samples (tlm.search.tlm_tuner); its `costmodel-meta.json` lists the CPUs whose records it learned
+from, in tlm.json's `targets` form.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from tlm.graph.tasks import Task
 
 MODEL_FILE = "costmodel.json"
 CONFIG_FILE = "costmodel-config.json"
+META_FILE = "costmodel-meta.json"
 
 
 @dataclass
@@ -165,3 +172,133 @@ def training_groups(db, target, tasks: list[Task], per_task: int = 0) -> list[tu
         if len(schs) >= 2:
             groups.append((features(task, schs, target), lat))
     return groups
+
+
+# ---------------------------------------------------------------- the shipped one
+
+_NOTED: set[tuple[str, str]] = set()
+
+
+def default_cost_model(target, log=None) -> Path | None:
+    """The shipped cost model for a target: `pretrained/costmodel-KIND-*` whose meta lists the
+    target's kind, arch and ISA, else one of the same kind and arch (with a one-line note: its
+    rankings were learned on another CPU), else None."""
+    from tlm.graph.target import resolve_target
+    from tlm.model.lm import model_targets, read_meta, repo_root, serves
+
+    info = resolve_target(target)
+    root = repo_root() / "pretrained"
+    exact, near = [], []
+    for path in sorted(root.glob(f"costmodel-{info.kind}-*")) if root.is_dir() else []:
+        if not (path / MODEL_FILE).is_file():
+            continue
+        meta = _read_json(path / META_FILE)
+        if serves(meta, info):
+            exact.append(path)
+        elif any(t.get("arch") == info.arch for t in model_targets(meta)):
+            near.append((path, meta))
+    if exact:
+        return exact[0]
+    if not near:
+        return None
+    path, meta = near[0]
+    if (info.key, str(path)) not in _NOTED:
+        _NOTED.add((info.key, str(path)))
+        cpus = ", ".join(sorted({f"{t.get('isa')} {t.get('cpu')}" for t in model_targets(meta)})) or "another CPU"
+        (log or _stderr)(f"tlm: note: no cost model for {info.kind}/{info.isa}; ranking with "
+                         f"{path.relative_to(repo_root())} (learned on {cpus})")
+    return path
+
+
+def load_cost_model(spec: str, target) -> CostModel | None:
+    """A tuner's cost model: "auto" (the shipped one for `target`, None if there is none), "none"
+    (None), or a directory (a TlmError if it holds no cost model)."""
+    if spec == "none":
+        return None
+    if spec == "auto":
+        path = default_cost_model(target)
+        return CostModel.load(path) if path else None
+    return CostModel.load(spec)
+
+
+def _stderr(msg: str) -> None:
+    import sys
+
+    print(msg, file=sys.stderr)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def train_on_corpus(corpus: str | Path, out: str | Path, work: str | Path, kind: str = "llvm",
+                    config: CostModelConfig | None = None, log=print) -> dict[str, Any]:
+    """Fit a cost model on every correct record of the corpus on CPUs of `kind` (each task and CPU
+    one group: labels compare programs of one task on one CPU), save it with its meta in `out`.
+    `work` holds the records database the shards are ingested into (kept: later runs ingest only
+    new shards)."""
+    import time
+
+    from tlm.graph.target import resolve_target
+    from tlm.measure.database import open_db
+    from tlm.measure.shards import ingest, require_corpus_dir
+    from tlm.model.lm import target_summary
+
+    t0 = time.monotonic()
+    corpus = require_corpus_dir(str(corpus))
+    if not corpus.is_dir():
+        raise TlmError(f"--corpus {corpus}: no such directory")
+    config = config or CostModelConfig()
+    groups, targets, tasks_n = [], [], 0
+    with open_db(str(Path(work) / "db")) as db:
+        ingest(db, corpus)
+        keys = [r[0] for r in db.query("SELECT DISTINCT target_key FROM records ORDER BY target_key")]
+        for key in keys:
+            try:
+                target = resolve_target(json.loads(key))
+            except (TlmError, ValueError):
+                log(f"tlm: warning: records of target {key} skipped (this LLVM cannot resolve it)")
+                continue
+            if target.kind != kind:
+                continue
+            tasks = [t for h in sorted(db.best_by_task(target.key)) if (t := db.task(h)) is not None]
+            got = training_groups(db, target, tasks)
+            log(f"{target.cpu}: {len(got)} tasks, {sum(len(g[1]) for g in got)} programs "
+                f"({time.monotonic() - t0:.0f} s)")
+            if got:
+                groups += got
+                targets.append(target_summary(target))
+                tasks_n += len(got)
+    model = CostModel(config).fit(groups)
+    model.save(out)
+    meta = {"targets": targets, "tasks": tasks_n, "programs": sum(len(g[1]) for g in groups),
+            "corpus": str(corpus), "seconds": round(time.monotonic() - t0, 1)}
+    (Path(out) / META_FILE).write_text(json.dumps(meta, indent=1))
+    return meta
+
+
+def _cmd_costmodel(args) -> int:
+    if args.trees < 1 or args.depth < 1:
+        raise TlmError("--trees and --depth must be at least 1")
+    cfg = CostModelConfig(trees=args.trees, depth=args.depth, seed=args.seed)
+    meta = train_on_corpus(args.corpus, args.out, args.work, args.kind, cfg,
+                           log=lambda m: _stderr(m))
+    print(f"cost model in {args.out}: {meta['programs']} programs of {meta['tasks']} tasks on "
+          f"{', '.join(t['cpu'] for t in meta['targets'])}, {meta['seconds']:.0f} s")
+    return 0
+
+
+def register_cli(sub) -> None:
+    p = sub.add_parser("costmodel", help="train the cost model that ranks the TLM tuner's samples, on the corpus")
+    p.add_argument("--corpus", default="data/corpus", help="shard directory (default data/corpus)")
+    p.add_argument("--out", required=True, help="output directory (the shipped one: pretrained/costmodel-llvm-x86_64)")
+    p.add_argument("--work", default="work/costmodel", help="where the corpus is ingested (default work/costmodel)")
+    p.add_argument("--kind", default="llvm", help="records of CPUs of this target kind (default llvm)")
+    p.add_argument("--trees", type=int, default=CostModelConfig.trees)
+    p.add_argument("--depth", type=int, default=CostModelConfig.depth)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_cmd_costmodel)

@@ -9,7 +9,9 @@ gets an equal share of the time, lightest tasks first (tlm.search.loop_state.rou
 `--schedule gain`: after the first k_b rounds, the tasks where the weighted total latency is
 expected to gain most (tlm.search.loop_state.gain_batch). The newest finished model (round
 0: the base) generates k_p new programs per task (sentences already in the database are
-skipped), they are measured and committed (proposer "tlm", round r), then the demonstrations
+skipped; with a cost model, `LoopConfig.cost_model`, k_p of cm_pool x k_p samples: cm_explore
+plain samples and the cost model's top picks), they are measured and committed (proposer "tlm",
+round r), then the demonstrations
 (the best measured program of every training task, over all records) fine-tune the BASE model
 into work/models/round-<r>. Fine-tuning runs in its own process (`python -m tlm.model.finetune`, one
 torch thread) while the next round is measured with the previous model: the paper's
@@ -32,7 +34,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from tlm.errors import TlmError
+from tlm.errors import TlmError, read_json
 from tlm.measure.measurer import MeasureConfig
 from tlm.model.finetune import FinetuneConfig, FinetuneJob, FinetuneOutcome, finetune_outcome, model_done
 from tlm.search.loop_state import (CSV_COLUMNS, STATE_VERSION, WorkDir, batch_key, converged, select_tasks,
@@ -66,6 +68,14 @@ class LoopConfig:
     pipeline: bool = True
     temperature: float = 1.0
     top_k: int = 0
+    # The cost model choosing which samples to measure (tlm.search.costmodel): "none", "auto" (the
+    # shipped one for the target) or a directory. With one, a task's k_p programs are `cm_explore`
+    # plain samples (what the model proposes, unranked: the cost model and the fine-tuning keep
+    # seeing programs it would not choose) and the cost model's top k_p - cm_explore of
+    # `cm_pool` x k_p samples.
+    cost_model: str = "none"
+    cm_pool: int = 4
+    cm_explore: int = 2
     seed: int = 0
     target: Any = None  # None: host
     device: str = "cpu"
@@ -116,6 +126,7 @@ class _Loop:
         self._measurer = measurer
         self._own_measurer = measurer is None
         self._gen: tuple[str, Any] | None = None
+        self._cm, self._cm_loaded, self._cm_label = None, False, None
         self.measured_now = 0
         # called with the database at every checkpoint: once the tasks are loaded, and after each
         # task's results are committed
@@ -224,7 +235,9 @@ class _Loop:
         from tlm.space.language import parse
 
         seed = zlib.crc32(f"{self.config.seed}/{r}/{task.hash}/{have}".encode())
-        progs = gen.generate(task, need, seen=self.db.sentences(task.hash, self.target.key), seed=seed,
+        cm = self._cost_model()
+        want = need * max(1, self.config.cm_pool) if cm is not None else need
+        progs = gen.generate(task, want, seen=self.db.sentences(task.hash, self.target.key), seed=seed,
                              temperature=self.config.temperature, top_k=self.config.top_k)
         cands, bad = [], 0
         for g in progs:
@@ -236,7 +249,24 @@ class _Loop:
                     bad += 1
                     continue
             cands.append(Candidate(task, schedule=sch, proposer="tlm", round=r, sentence=g.sentence))
+        if cm is not None:
+            keep = min(need, max(0, self.config.cm_explore))  # samples come in random order
+            rest = cands[keep:]
+            cands = cands[:keep] + [rest[i] for i in cm.rank(task, [c.schedule for c in rest], self.target)][:need - keep]
+            bad = max(0, need - len(cands))  # failures count only where they left the task short
         return cands, bad
+
+    def _cost_model(self):
+        if not self._cm_loaded:
+            from tlm.search.costmodel import META_FILE, CostModel, default_cost_model
+
+            spec = self.config.cost_model
+            path = default_cost_model(self.target) if spec == "auto" else None if spec == "none" else Path(spec)
+            self._cm, self._cm_loaded = (CostModel.load(path) if path else None), True
+            if path:  # which one ranked a round's samples (the shipped one is retrained between sessions)
+                meta = read_json(path / META_FILE) if (path / META_FILE).is_file() else {}
+                self._cm_label = {"path": str(path), "programs": meta.get("programs")}
+        return self._cm
 
     def _batch(self, r: int) -> tuple[int, list]:
         """(batch index, tasks) of round r; a `gain` round's choice is saved before it is measured,
@@ -307,7 +337,7 @@ class _Loop:
         self.wd.commit_round({
             "round": r, "batch": b, "tasks": len(batch), "model": self._label(model), "measured": new,
             "errors": errors, "generation_failures": gen_fail, "seconds": round(self.wd.wall() - start_wall, 3),
-            "generate_s": round(gen_s, 3), "measure_s": round(measure_s, 3)}, point)
+            "generate_s": round(gen_s, 3), "measure_s": round(measure_s, 3), "cost_model": self._cm_label}, point)
         write_convergence(self.work, self.state["curve"], self._title())
         norm = f"{point['normalized']:.4f}" if point["normalized"] is not None else "n/a (not every task measured yet)"
         self.console.print(

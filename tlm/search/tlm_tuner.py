@@ -5,12 +5,16 @@ of the design space); they go through the same `Measurer` into the same `Databas
 baselines, with proposer "tlm", the scheduling round and the sentence stored.
 
 How the budget is spent (it is a total over the tasks: `B`, or `K x tasks` for `Kg`):
-1. every task first gets the model's first choice (`TuneConfig.pick`: by default the most likely
-   of 16 distinct samples by generation log-prob; "greedy": word-by-word argmax) plus samples,
-   up to half of its even share (at least one program);
+1. every task first gets the model's first choice (`TuneConfig.pick`: by default the cost
+   model's top pick of 32 distinct samples; "logprob": the most likely one by generation
+   log-prob; "greedy": word-by-word argmax) plus samples, up to half of its even share (at least
+   one program);
 2. the rest goes in rounds: each round ranks the tasks by weight x best latency (their share of
    the model's time; a task without a valid program yet ranks with the slowest known latency)
    and gives the top ones `round_size` new samples each, one measurement batch per round.
+With a cost model (`TuneConfig.cost_model`: by default the shipped one for the target,
+tlm.search.costmodel; none for a CPU kind or arch it has not learned), the n programs a task gets
+are the n it ranks first among `cm_pool` x n samples; the others are not measured.
 A task whose space is exhausted (the generator returns no program that was not measured yet)
 drops out. Sentences (and traces) already in the database for the task and target are never
 measured again, and the budget counts what the database already holds with proposer "tlm", so
@@ -45,6 +49,7 @@ from tlm.search.base import Tuner, TuneConfig, parse_budget, progress_bar, seeds
 from tlm.space.design import plain_json
 
 PROPOSER = "tlm"
+_UNSET = object()
 _MAX_MISSES = 3  # proposal rounds that give only duplicates before a task drops out
 
 
@@ -71,11 +76,34 @@ class TlmTuner(Tuner):
     def __init__(self, tasks: list[Task], db, target, config: TuneConfig, progress: bool = True,
                  generator=None):
         super().__init__(tasks, db, target, config, progress)
-        if config.pick not in ("logprob", "greedy"):
-            raise TlmError(f"unknown pick {config.pick!r} (logprob or greedy)")
+        if config.pick not in ("cost", "logprob", "greedy"):
+            raise TlmError(f"unknown pick {config.pick!r} (cost, logprob or greedy)")
         self.total = sum(self.budgets)
         self._generator = generator
         self._spaces: dict[str, Any] = {}
+        self._cm: Any = _UNSET
+
+    @property
+    def cost_model(self):
+        """The cost model ranking samples (TuneConfig.cost_model), or None."""
+        if self._cm is _UNSET:
+            from tlm.search.costmodel import load_cost_model
+
+            self._cm = load_cost_model(self.config.cost_model, self.target)
+        return self._cm
+
+    def _ranked(self, task: Task, items: list, schedule) -> list:
+        """`items` ordered by the cost model, predicted fastest first (`schedule(item)` gives the
+        program; an item whose program cannot be built goes last)."""
+        schs, ok, bad = [], [], []
+        for it in items:
+            try:
+                schs.append(schedule(it))
+                ok.append(it)
+            except TlmError:
+                bad.append(it)
+        order = self.cost_model.rank(task, schs, self.target) if ok else []
+        return [ok[i] for i in order] + bad
 
     # ------------------------------------------------------------------ the model
     @property
@@ -105,6 +133,8 @@ class TlmTuner(Tuner):
             return gen.generate(task, 1, greedy=True, seen=seen)
         seed = seeds(cfg.seed, task, 0, 2)[1]  # not round 0's sampling seed (the first of the two)
         samples = gen.generate(task, max(1, cfg.pick_samples), seen=seen, seed=seed)
+        if samples and cfg.pick == "cost" and self.cost_model is not None:
+            return self._ranked(task, samples, lambda g: self._schedule(task, g))[:1]
         return [max(samples, key=lambda g: g.logprob)] if samples else []
 
     def greedy(self, task: Task):
@@ -172,11 +202,14 @@ class TlmTuner(Tuner):
             return []
         gen, task = self.generator, st.task
         seed = seeds(self.config.seed, task, rnd, 1)[0]
+        want = n * max(1, self.config.cm_pool) if self.cost_model is not None else n
+        first = None  # the model's first choice stays first, whatever the ranking
         if st.fallback:
-            got = [(p.sch, s) for p, s in self._random(task, n, seed, st.seen)]
+            got = [(p.sch, s) for p, s in self._random(task, want, seed, st.seen)]
         else:
             got = self.pick(task, st.seen) if greedy else []
-            got += gen.generate(task, n - len(got), seen=st.seen | {g.sentence for g in got}, seed=seed) if n > len(got) else []
+            first = got[0].sentence if got else None
+            got += gen.generate(task, want - len(got), seen=st.seen | {g.sentence for g in got}, seed=seed) if want > len(got) else []
             if not got and not st.model_ok:  # not one valid program from the model: random ones
                 st.fallback = True
                 self._fall_back(task)
@@ -198,6 +231,9 @@ class TlmTuner(Tuner):
                 continue
             st.traces.add(key)
             cands.append(Candidate(task, schedule=sch, proposer=PROPOSER, round=rnd, sentence=sentence))
+        if len(cands) > n:  # ranked by the cost model: measure its top n
+            head = cands[:1] if first is not None and cands[0].sentence == first else []
+            cands = (head + self._ranked(task, cands[len(head):], lambda c: c.schedule))[:n]
         if cands:
             st.misses = 0
         else:

@@ -56,6 +56,10 @@ def tune(source: str | list[Task], tuner: str = "metaschedule", budget: str | in
     parse_budget(config.budget, len(tasks), allow_zero)  # bad budgets fail before the database is touched
     if tuner == "tlm" and config.model is None:
         default_model_dir(info)  # a missing model fails before the database is touched
+    if tuner == "tlm" and config.cost_model not in ("auto", "none"):
+        from tlm.search.costmodel import CostModel
+
+        CostModel.load(config.cost_model)  # so does a bad --cost-model
     database = open_db(db)
     try:
         return TUNERS[tuner](tasks, database, info, config, progress=progress).run()
@@ -64,7 +68,8 @@ def tune(source: str | list[Task], tuner: str = "metaschedule", budget: str | in
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    config = TuneConfig(batch_size=args.batch_size, seed=args.seed, measure=measure_config_from_args(args))
+    config = TuneConfig(batch_size=args.batch_size, seed=args.seed, measure=measure_config_from_args(args),
+                        cost_model=args.cost_model)
     rows = tune(args.source, args.tuner, args.budget, args.db, args.target, config,
                 progress=not args.json and sys.stderr.isatty() or args.progress, model=args.model)
     if args.json:
@@ -84,6 +89,9 @@ def register_cli(sub) -> None:
                    help="total measurements B, or Kg for K per task (tlm: 0 = greedy program only)")
     p.add_argument("--model", default=None,
                    help="tlm: model directory (default: the shipped model for the target's ISA, else the nearest one)")
+    p.add_argument("--cost-model", default="auto",
+                   help="tlm: the cost model ranking the samples: auto (the shipped one for the target), "
+                        "none, or a directory (tlm costmodel)")
     p.add_argument("--db", required=True, help="record database directory")
     p.add_argument("--target", default=None, help="'host' (default), or a TVM target as JSON")
     p.add_argument("--batch-size", type=int, default=16, help="candidates measured per batch")

@@ -1,0 +1,124 @@
+"""TLM@0 end to end: which of the model's programs `--budget 0` compiles, per task.
+
+    python bench/pick.py [--workloads bert_tiny dcgan mobilenet_v2 ...] [--rounds 7] [--out bench/results]
+
+For each held-out workload, the TLM tuner at budget 0 (no measurement) with each pick of
+`TuneConfig.pick`: "greedy" (word-by-word argmax), "logprob" (the most likely of 32 samples by
+generation log-prob) and "cost" (the shipped cost model's top pick of the same 32 samples,
+`pretrained/costmodel-*`), each into its own database; each whole model compiled from those
+programs and its output checked against PyTorch; then the compiled models, PyTorch and ONNX
+Runtime timed in one interleaved run (`--rounds` rounds, medians). Writes OUT/pick.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+PICKS = ("greedy", "logprob", "cost")
+
+
+def run_workload(name: str, target, rounds: int, samples: int) -> dict:
+    import numpy as np
+    import torch
+    import tvm
+
+    from tlm.compiler.build import CompileConfig, compile_imported
+    from tlm.eval.run import _onnx_session, interleaved
+    from tlm.graph.extract import tasks_for_source
+    from tlm.graph.importer import import_source
+    from tlm.search.base import TuneConfig
+    from tlm.search.tune import tune
+
+    torch.set_num_threads(target.cores)
+    tasks = tasks_for_source(name, target=target).tasks
+    imported = import_source(name)
+    args = [tvm.runtime.tensor(np.ascontiguousarray(x), tvm.cpu()) for x in imported.inputs]
+    rows, fns = [], {}
+    for pick in PICKS:
+        db = tempfile.mkdtemp(prefix=f"tlm-pick-{pick}-")
+        cfg = TuneConfig(pick=pick, pick_samples=samples, cost_model="auto" if pick == "cost" else "none")
+        t0 = time.perf_counter()
+        summary = tune(tasks, "tlm", 0, db, target=target, config=cfg, progress=False)
+        tune_s = time.perf_counter() - t0
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            m = compile_imported(imported, db, target=target, tasks=tasks,
+                                 config=CompileConfig(repeat=3, min_repeat_ms=50, compare=False))
+        rows.append({"workload": name, "pick": pick, "tasks": len(tasks), "tune_s": round(tune_s, 1),
+                     "fallback": sum(1 for r in summary if r.get("fallback")), "matches": m.matches,
+                     "max_abs_diff": m.max_abs_diff, "greedy_tasks": m.greedy_tasks, "untuned": m.tasks - m.tuned_tasks - m.greedy_tasks})
+        fns[pick] = lambda vm=m.vm: vm["main"](*args)
+        print(rows[-1], flush=True)
+    if imported.torch_module is not None:
+        mod, ex = imported.torch_module.eval(), imported.example_inputs
+        fns["pytorch"] = lambda: mod(*ex)
+    if (ort := _onnx_session(imported, target.cores)) is not None:
+        fns["onnxruntime"] = ort
+    times = interleaved(fns, rounds)
+    ms = {k: statistics.median(v) for k, v in times.items()}
+    for r in rows:
+        r["ms"] = ms[r["pick"]]
+    print(name, {k: round(v, 3) for k, v in ms.items()}, flush=True)
+    return {"rows": rows, "ms": ms, "times_ms": times}
+
+
+def write(out: Path, data: dict) -> None:
+    lines = [f"# TLM@0 end to end: greedy, log-prob and cost-model picks ({data['cpu']}, {data['threads']} threads)",
+             "", f"Run {data['created']} with `{data['command']}` (model `{data['model']}`, cost model "
+             f"`{data['cost_model']}`; medians of {data['rounds']} interleaved rounds, ms; every compiled output "
+             "checked against PyTorch).", "",
+             "| workload | tasks | greedy | logprob | cost | PyTorch | ONNX Runtime | cost / logprob | outputs ok |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+    ratios = []
+    for name, w in data["workloads"].items():
+        ms = w["ms"]
+        ratios.append(ms["cost"] / ms["logprob"])
+        ok = all(r["matches"] for r in w["rows"])
+        lines.append(f"| {name} | {w['rows'][0]['tasks']} | {fmt(ms['greedy'])} | {fmt(ms['logprob'])} | "
+                     f"{fmt(ms['cost'])} | {fmt(ms.get('pytorch'))} | {fmt(ms.get('onnxruntime'))} | "
+                     f"{ms['cost'] / ms['logprob']:.2f} | {ok} |")
+    if ratios:
+        geo = statistics.geometric_mean(ratios)
+        lines += ["", f"Geometric mean of cost / logprob: {geo:.2f} (below 1: the cost model's pick is faster)."]
+    (out / "pick.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workloads", nargs="+", default=["bert_tiny", "dcgan", "mobilenet_v2", "resnet_50"])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--samples", type=int, default=32, help="samples the logprob and cost picks choose from")
+    ap.add_argument("--out", default="bench/results")
+    args = ap.parse_args(argv)
+    from tlm.graph.target import host_target
+    from tlm.model.lm import default_model_dir
+    from tlm.search.costmodel import default_cost_model
+
+    target = host_target()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cm = default_cost_model(target)
+    data = {"created": time.strftime("%Y-%m-%d %H:%M:%S"), "cpu": target.cpu, "threads": target.cores,
+            "rounds": args.rounds, "model": default_model_dir(target).name, "cost_model": cm.name if cm else None,
+            "command": "python bench/pick.py --workloads " + " ".join(args.workloads)
+                       + f" --rounds {args.rounds} --samples {args.samples}", "workloads": {}}
+    for name in args.workloads:
+        data["workloads"][name] = run_workload(name, target, args.rounds, args.samples)
+        (out / "pick.json").write_text(json.dumps(data, indent=1, default=str))
+    write(out, data)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
