@@ -7,7 +7,7 @@ SOURCE ?= mobilenet_v2
 BUDGET ?= 1g
 SUITE ?= quick
 
-.PHONY: setup run test test-all eval collect
+.PHONY: setup run test test-all eval collect costmodel
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
@@ -28,6 +28,10 @@ eval: setup
 HOURS ?= 0
 collect: setup
 	$(BIN)/tlm collect --corpus data/corpus --hours $(HOURS)
+
+# The cost model that ranks TLM's samples, refit on the whole corpus (commit pretrained/costmodel-*).
+costmodel: setup
+	$(BIN)/tlm costmodel --corpus data/corpus --out pretrained/costmodel-llvm-x86_64
 
 test: setup
 	$(BIN)/python -m pytest -q

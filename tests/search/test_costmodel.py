@@ -175,3 +175,15 @@ def test_cli_costmodel_trains_on_the_corpus(measured, host, tmp_path, monkeypatc
     assert main(argv) == 2 and not (tmp_path / "db").exists()
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "holds no cost model" in err
+
+
+def test_features_cache_featurizes_each_program_once(measured, tasks, host, tmp_path, monkeypatch):
+    import tlm.search.costmodel as cmod
+
+    first = cmod.training_groups(measured, host, tasks, cache=tmp_path / "f")
+    assert np.array_equal(first[0][0], cmod.training_groups(measured, host, tasks[:1])[0][0])  # = uncached
+    monkeypatch.setattr(cmod, "features", lambda *a, **k: (_ for _ in ()).throw(AssertionError("featurized again")))
+    again = cmod.training_groups(measured, host, tasks, cache=tmp_path / "f")
+    assert len(first) == len(again) == 2
+    for (x, lat), (y, lat2) in zip(first, again):
+        assert np.array_equal(x, y) and lat == lat2

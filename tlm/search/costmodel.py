@@ -58,7 +58,7 @@ def features(task: Task, schedules: list, target) -> np.ndarray:
     light_tensor_intrin()
     fx = ms.feature_extractor.PerStoreFeature()
     ctx = ms.TuneContext(mod=task.mod, target=target.tvm())
-    width = 2 * fx.feature_vector_length + 1
+    width = 2 * fx.feature_vector_length + 1  # = FEATURES
     out = np.full((len(schedules), width), np.nan, dtype="float32")
     for i, sch in enumerate(schedules):
         try:
@@ -138,16 +138,20 @@ class CostModel:
         return cls(CostModelConfig(**json.loads((d / CONFIG_FILE).read_text())), booster)
 
 
-def training_groups(db, target, tasks: list[Task], per_task: int = 0) -> list[tuple[np.ndarray, list[float]]]:
+def training_groups(db, target, tasks: list[Task], per_task: int = 0,
+                    cache: str | Path | None = None) -> list[tuple[np.ndarray, list[float]]]:
     """(features, latencies) of each task's correct records on `target` (at most `per_task`, the
     fastest first; 0: all). A record without a stored trace is rebuilt from its sentence; one that
-    no longer parses (its task's space changed since) is left out."""
+    no longer parses (its task's space changed since) gets a row of NaN (`CostModel.fit` leaves
+    it out). `cache`: a directory keeping every program's features (per hardware and task, keyed
+    by sentence), so that a retraining featurizes only the records it has not seen (~55 ms each)."""
     from tvm.s_tir import Schedule
     from tvm.s_tir.schedule import Trace
 
     from tlm.space.design import task_space
     from tlm.space.language import parse
 
+    store = _FeatureCache(Path(cache), target) if cache else None
     groups = []
     for task in tasks:
         recs = sorted((r for r in db.records(task.hash, target.key) if r.error is None and r.median_s),
@@ -155,8 +159,12 @@ def training_groups(db, target, tasks: list[Task], per_task: int = 0) -> list[tu
         recs = recs[:per_task] if per_task else recs
         if len(recs) < 2:
             continue
-        schs, lat = [], []
-        for r in recs:
+        keys = [r.sentence or json.dumps(r.trace_json, sort_keys=True) for r in recs]
+        known = store.load(task.hash) if store else {}
+        todo, schs = [], []
+        for key, r in zip(keys, recs):
+            if key in known:
+                continue
             try:
                 if r.trace_json:
                     sch = Schedule(task.mod)
@@ -164,14 +172,51 @@ def training_groups(db, target, tasks: list[Task], per_task: int = 0) -> list[tu
                 elif r.sentence:
                     sch = parse(r.sentence, task, target, space=task_space(task, target)).sch
                 else:
-                    continue
-            except Exception:  # noqa: BLE001 - a record that no longer replays is left out
-                continue
+                    sch = None
+            except Exception:  # noqa: BLE001 - a record that no longer replays gets a NaN row
+                sch = None
+            todo.append(key)
             schs.append(sch)
-            lat.append(r.median_s)
-        if len(schs) >= 2:
-            groups.append((features(task, schs, target), lat))
+        if todo:
+            ok = [i for i, sch in enumerate(schs) if sch is not None]
+            x = np.full((len(todo), FEATURES), np.nan, dtype="float32")
+            if ok:
+                x[ok] = features(task, [schs[i] for i in ok], target)
+            known.update(zip(todo, x))
+            if store:
+                store.save(task.hash, known)
+        x = np.stack([known[k] for k in keys])
+        if (~np.isnan(x).any(axis=1)).sum() >= 2:
+            groups.append((x, [r.median_s for r in recs]))
     return groups
+
+
+FEATURES = 2 * 164 + 1  # the width of `features` rows
+FEATURE_VERSION = 1  # bump when `features` changes: cached rows are kept per version
+
+
+class _FeatureCache:
+    """Features of programs already featurized: DIR/v<version>-<hardware>/<task hash>.npz."""
+
+    def __init__(self, root: Path, target):
+        from tlm.measure.shards import hardware_slug
+
+        self.dir = root / f"v{FEATURE_VERSION}-{hardware_slug(target.key)}"
+
+    def load(self, task_hash: str) -> dict[str, np.ndarray]:
+        try:
+            with np.load(self.dir / f"{task_hash}.npz") as f:
+                return dict(zip(f["keys"].tolist(), f["x"]))
+        except (OSError, KeyError, ValueError):
+            return {}
+
+    def save(self, task_hash: str, rows: dict[str, np.ndarray]) -> None:
+        import os
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.dir / f"{task_hash}.tmp-{os.getpid()}.npz"
+        np.savez(tmp, keys=np.array(list(rows), dtype=object).astype(str), x=np.stack(list(rows.values())))
+        os.replace(tmp, self.dir / f"{task_hash}.npz")
 
 
 # ---------------------------------------------------------------- the shipped one
@@ -239,8 +284,8 @@ def train_on_corpus(corpus: str | Path, out: str | Path, work: str | Path, kind:
                     config: CostModelConfig | None = None, log=print) -> dict[str, Any]:
     """Fit a cost model on every correct record of the corpus on CPUs of `kind` (each task and CPU
     one group: labels compare programs of one task on one CPU), save it with its meta in `out`.
-    `work` holds the records database the shards are ingested into (kept: later runs ingest only
-    new shards)."""
+    `work` holds the records database the shards are ingested into and the features cache (both
+    kept: a later run ingests only new shards and featurizes only new programs)."""
     import time
 
     from tlm.graph.target import resolve_target
@@ -266,7 +311,7 @@ def train_on_corpus(corpus: str | Path, out: str | Path, work: str | Path, kind:
             if target.kind != kind:
                 continue
             tasks = [t for h in sorted(db.best_by_task(target.key)) if (t := db.task(h)) is not None]
-            got = training_groups(db, target, tasks)
+            got = training_groups(db, target, tasks, cache=Path(work) / "features")
             log(f"{target.cpu}: {len(got)} tasks, {sum(len(g[1]) for g in got)} programs "
                 f"({time.monotonic() - t0:.0f} s)")
             if got:
