@@ -94,7 +94,9 @@ def test_default_cost_model_exact_then_same_arch_with_a_note(tmp_path, monkeypat
     monkeypatch.setattr(lm, "repo_root", lambda: tmp_path)
     avx2, avx512, neon = _target("avx2"), _target("avx512"), _target("neon", "aarch64")
     assert default_cost_model(avx2) is None and load_cost_model("none", avx2) is None
-    assert load_cost_model("auto", avx2) is None
+    assert load_cost_model("auto", avx2) is None  # said once, in one line
+    assert capsys.readouterr().err == "tlm: note: no cost model for llvm/avx2 (x86_64); the model's samples are measured unranked (train one: tlm costmodel)\n"
+    assert load_cost_model("auto", avx2) is None and capsys.readouterr().err == ""
     path = tmp_path / "pretrained" / "costmodel-llvm-x86_64"
     path.mkdir(parents=True)
     (path / MODEL_FILE).write_text("{}")

@@ -262,6 +262,10 @@ def load_cost_model(spec: str, target) -> CostModel | None:
         return None
     if spec == "auto":
         path = default_cost_model(target)
+        if path is None and (target.key, "") not in _NOTED:
+            _NOTED.add((target.key, ""))
+            _stderr(f"tlm: note: no cost model for {target.kind}/{target.isa} ({target.arch}); "
+                    "the model's samples are measured unranked (train one: tlm costmodel)")
         return CostModel.load(path) if path else None
     return CostModel.load(spec)
 
