@@ -21,7 +21,8 @@
    With --cost-model, an XGBoost cost model (tlm.search.costmodel) trained on the corpus ranks
    pools of --cm-n programs the measurer never saw: TLM@k cm = best measured of the cost model's
    top k of --cm-n generated programs, TLM@0 cm = its top 1, random@k cm = the same over --cm-n
-   random programs (a MetaSchedule-like baseline without evolution).
+   random programs (a MetaSchedule-like baseline without evolution). --cm-dir: an existing cost
+   model instead (the shipped one was fit on the corpus too: no held-out task in it).
 5. Scores per contender: geometric mean over tasks of (its best latency / the best latency any
    contender found) and the weighted total latency relative to random@k; lower is better.
 
@@ -155,7 +156,7 @@ def cost_model(work: Path, corpus: str, target, n_records: int, max_tasks: int, 
     t0 = time.time()
     with open_db(str(work / "corpus-db")) as db:
         tasks = [t for h in sorted(db.best_by_task(target.key)) if (t := db.task(h)) is not None]
-        groups = training_groups(db, target, tasks[:max_tasks] if max_tasks else tasks)
+        groups = training_groups(db, target, tasks[:max_tasks] if max_tasks else tasks, cache=work / "features")
     model = CostModel(CostModelConfig(seed=seed, threads=target.cores)).fit(groups)
     model.save(out)
     print(f"cost model: {len(groups)} tasks, {sum(len(g[1]) for g in groups)} programs, {time.time() - t0:.0f} s")
@@ -216,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cost-model", action="store_true", help="add the cost-model contenders (step 4)")
     p.add_argument("--cm-n", type=int, default=40, help="programs per pool the cost model ranks")
     p.add_argument("--cm-tasks", type=int, default=0, help="train the cost model on this many tasks (0: all)")
+    p.add_argument("--cm-dir", default=None,
+                   help="use this cost model (e.g. pretrained/costmodel-llvm-x86_64) instead of training one")
     args = p.parse_args(argv)
 
     from tlm.graph.target import resolve_target
@@ -250,7 +253,12 @@ def main(argv: list[str] | None = None) -> int:
                       "lr": rep["config"]["lr"], "seconds": rep["seconds"], "final_loss": rep["final_loss"]}
         print(f"{m}: {rep['demonstrations']} demonstrations, {rep['config']['steps']} steps, {rep['seconds']:.0f} s")
 
-    cm = cost_model(work, args.corpus, target, n_records, args.cm_tasks, args.seed) if args.cost_model else None
+    if args.cm_dir:
+        from tlm.search.costmodel import CostModel
+
+        cm = CostModel.load(args.cm_dir)
+    else:
+        cm = cost_model(work, args.corpus, target, n_records, args.cm_tasks, args.seed) if args.cost_model else None
     gens = {name: Generator.from_dir(path, target) for name, path in models.items()}
     k = args.k
     kinds = (f"TLM@{k}", "TLM@0 greedy", "TLM@0 logprob") + ((f"TLM@{k} cm", "TLM@0 cm") if cm else ())
@@ -300,7 +308,8 @@ def write_report(res: dict, out: Path, contenders: list[str]) -> None:
     (out / "learning.json").write_text(json.dumps(res, indent=1, default=str))
     s, k = res["settings"], res["settings"]["k"]
     ref = f"total_vs_random@{k}"
-    cm_flags = f" --cost-model --cm-n {s['cm_n']}" if s.get("cost_model") else ""
+    cm_flags = f" --cost-model --cm-n {s['cm_n']}" if s.get("cost_model") or s.get("cm_dir") else ""
+    cm_flags += f" --cm-dir {s['cm_dir']}" if s.get("cm_dir") else ""
     lines = ["# Learning from the corpus: which demonstrations, which TLM@0 pick", "",
              f"Corpus: {res['train_records']} records over {res['train_tasks']} training tasks on {s['hardware']}; "
              f"{len(res['tasks'])} held-out tasks of {', '.join(s['workloads'])} (largest per kind, then largest). "
