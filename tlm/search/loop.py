@@ -253,7 +253,6 @@ class _Loop:
             keep = min(need, max(0, self.config.cm_explore))  # samples come in random order
             rest = cands[keep:]
             cands = cands[:keep] + [rest[i] for i in cm.rank(task, [c.schedule for c in rest], self.target)][:need - keep]
-            bad = max(0, need - len(cands))  # failures count only where they left the task short
         return cands, bad
 
     def _cost_model(self):
