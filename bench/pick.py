@@ -1,13 +1,16 @@
 """TLM@0 end to end: which of the model's programs `--budget 0` compiles, per task.
 
     python bench/pick.py [--workloads bert_tiny dcgan mobilenet_v2 ...] [--rounds 7] [--out bench/results]
+    python bench/pick.py --models old=DIR new=DIR --picks cost --name pick-models   # models compared
 
 For each held-out workload, the TLM tuner at budget 0 (no measurement) with each pick of
 `TuneConfig.pick`: "greedy" (word-by-word argmax), "logprob" (the most likely of 32 samples by
 generation log-prob) and "cost" (the shipped cost model's top pick of the same 32 samples,
 `pretrained/costmodel-*`), each into its own database; each whole model compiled from those
 programs and its output checked against PyTorch; then the compiled models, PyTorch and ONNX
-Runtime timed in one interleaved run (`--rounds` rounds, medians). Writes OUT/pick.{json,md}.
+Runtime timed in one interleaved run (`--rounds` rounds, medians). Writes OUT/NAME.{json,md}
+(NAME: --name, default pick). `--models LABEL=DIR ...`: each pick of each model (default: the
+shipped model for the host).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 PICKS = ("greedy", "logprob", "cost")
 
 
-def run_workload(name: str, target, rounds: int, samples: int) -> dict:
+def run_workload(name: str, target, rounds: int, samples: int, models: dict[str, str | None],
+                 picks: list[str]) -> dict:
     import numpy as np
     import torch
     import tvm
@@ -43,20 +47,20 @@ def run_workload(name: str, target, rounds: int, samples: int) -> dict:
     imported = import_source(name)
     args = [tvm.runtime.tensor(np.ascontiguousarray(x), tvm.cpu()) for x in imported.inputs]
     rows, fns = [], {}
-    for pick in PICKS:
+    for label, pick, model in [(f"{m}:{p}" if len(models) > 1 else p, p, d) for m, d in models.items() for p in picks]:
         db = tempfile.mkdtemp(prefix=f"tlm-pick-{pick}-")
         cfg = TuneConfig(pick=pick, pick_samples=samples, cost_model="auto" if pick == "cost" else "none")
         t0 = time.perf_counter()
-        summary = tune(tasks, "tlm", 0, db, target=target, config=cfg, progress=False)
+        summary = tune(tasks, "tlm", 0, db, target=target, config=cfg, progress=False, model=model)
         tune_s = time.perf_counter() - t0
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             m = compile_imported(imported, db, target=target, tasks=tasks,
                                  config=CompileConfig(repeat=3, min_repeat_ms=50, compare=False))
-        rows.append({"workload": name, "pick": pick, "tasks": len(tasks), "tune_s": round(tune_s, 1),
+        rows.append({"workload": name, "pick": label, "tasks": len(tasks), "tune_s": round(tune_s, 1),
                      "fallback": sum(1 for r in summary if r.get("fallback")), "matches": m.matches,
                      "max_abs_diff": m.max_abs_diff, "greedy_tasks": m.greedy_tasks, "untuned": m.tasks - m.tuned_tasks - m.greedy_tasks})
-        fns[pick] = lambda vm=m.vm: vm["main"](*args)
+        fns[label] = lambda vm=m.vm: vm["main"](*args)
         print(rows[-1], flush=True)
     if imported.torch_module is not None:
         mod, ex = imported.torch_module.eval(), imported.example_inputs
@@ -72,25 +76,25 @@ def run_workload(name: str, target, rounds: int, samples: int) -> dict:
 
 
 def write(out: Path, data: dict) -> None:
-    lines = [f"# TLM@0 end to end: greedy, log-prob and cost-model picks ({data['cpu']}, {data['threads']} threads)",
-             "", f"Run {data['created']} with `{data['command']}` (model `{data['model']}`, cost model "
+    labels = data["labels"]
+    lines = [f"# TLM@0 end to end: {', '.join(labels)} ({data['cpu']}, {data['threads']} threads)",
+             "", f"Run {data['created']} with `{data['command']}` (models {data['models']}, cost model "
              f"`{data['cost_model']}`; medians of {data['rounds']} interleaved rounds, ms; every compiled output "
              "checked against PyTorch).", "",
-             "| workload | tasks | greedy | logprob | cost | PyTorch | ONNX Runtime | cost / logprob | outputs ok |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| workload | tasks | " + " | ".join(labels) + f" | PyTorch | ONNX Runtime | {labels[-1]} / {labels[-2]} | outputs ok |",
+             "|---|---:|" + "---:|" * (len(labels) + 3) + "---|"]
     fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
     ratios = []
     for name, w in data["workloads"].items():
         ms = w["ms"]
-        ratios.append(ms["cost"] / ms["logprob"])
+        ratios.append(ms[labels[-1]] / ms[labels[-2]])
         ok = all(r["matches"] for r in w["rows"])
-        lines.append(f"| {name} | {w['rows'][0]['tasks']} | {fmt(ms['greedy'])} | {fmt(ms['logprob'])} | "
-                     f"{fmt(ms['cost'])} | {fmt(ms.get('pytorch'))} | {fmt(ms.get('onnxruntime'))} | "
-                     f"{ms['cost'] / ms['logprob']:.2f} | {ok} |")
+        lines.append(f"| {name} | {w['rows'][0]['tasks']} | " + " | ".join(fmt(ms[k]) for k in labels)
+                     + f" | {fmt(ms.get('pytorch'))} | {fmt(ms.get('onnxruntime'))} | {ratios[-1]:.2f} | {ok} |")
     if ratios:
         geo = statistics.geometric_mean(ratios)
-        lines += ["", f"Geometric mean of cost / logprob: {geo:.2f} (below 1: the cost model's pick is faster)."]
-    (out / "pick.md").write_text("\n".join(lines) + "\n")
+        lines += ["", f"Geometric mean of {labels[-1]} / {labels[-2]}: {geo:.2f} (below 1: {labels[-1]} is faster)."]
+    (out / f"{data['name']}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
@@ -99,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workloads", nargs="+", default=["bert_tiny", "dcgan", "mobilenet_v2", "resnet_50"])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--samples", type=int, default=32, help="samples the logprob and cost picks choose from")
+    ap.add_argument("--models", nargs="+", default=None, help="LABEL=DIR ... (default: the shipped model)")
+    ap.add_argument("--picks", nargs="+", default=list(PICKS), choices=PICKS)
+    ap.add_argument("--name", default="pick", help="results file name")
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args(argv)
     from tlm.graph.target import host_target
@@ -109,13 +116,19 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cm = default_cost_model(target)
+    models = dict(m.split("=", 1) for m in args.models) if args.models else {"shipped": None}
+    labels = [f"{m}:{p}" if len(models) > 1 else p for m in models for p in args.picks]
     data = {"created": time.strftime("%Y-%m-%d %H:%M:%S"), "cpu": target.cpu, "threads": target.cores,
-            "rounds": args.rounds, "model": default_model_dir(target).name, "cost_model": cm.name if cm else None,
+            "rounds": args.rounds, "cost_model": cm.name if cm else None, "name": args.name, "labels": labels,
+            "models": {m: d or default_model_dir(target).name for m, d in models.items()},
             "command": "python bench/pick.py --workloads " + " ".join(args.workloads)
-                       + f" --rounds {args.rounds} --samples {args.samples}", "workloads": {}}
+                       + f" --rounds {args.rounds} --samples {args.samples}"
+                       + (" --models " + " ".join(args.models) if args.models else "")
+                       + ("" if args.picks == list(PICKS) else " --picks " + " ".join(args.picks))
+                       + ("" if args.name == "pick" else f" --name {args.name}"), "workloads": {}}
     for name in args.workloads:
-        data["workloads"][name] = run_workload(name, target, args.rounds, args.samples)
-        (out / "pick.json").write_text(json.dumps(data, indent=1, default=str))
+        data["workloads"][name] = run_workload(name, target, args.rounds, args.samples, models, args.picks)
+        (out / f"{args.name}.json").write_text(json.dumps(data, indent=1, default=str))
     write(out, data)
     return 0
 
