@@ -61,15 +61,17 @@ def export_shared_in_worker(rt_mod) -> str:
 
 
 def reference_in_worker(mod, args_info: list, path: str) -> str:
-    """Run the untuned program `mod` (naive but correct) on `make_inputs(args_info)`, built for
+    """Run the untuned program `mod` (naive but correct; its loops reordered by
+    `tlm.measure.reference`, bitwise the same outputs) on `make_inputs(args_info)`, built for
     this host, and save its inputs and outputs to `path` (`in{i}`, `out{i}`)."""
     import numpy as np
     import tvm
 
     from tlm.graph.target import host_target
+    from tlm.measure.reference import fast_reference
 
     inputs = make_inputs(args_info)
-    lib = tvm.compile(mod, target=host_target().tvm())
+    lib = tvm.compile(fast_reference(mod), target=host_target().tvm())
     dev = tvm.cpu()
     tensors = [tvm.runtime.tensor(x, dev) for x in inputs]
     lib["main"](*tensors)
