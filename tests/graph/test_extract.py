@@ -92,6 +92,22 @@ print(json.dumps(sorted(t.hash for t in tlm.extract_tasks(SmallNet(), (torch.ran
 """
 
 
+def test_every_cpu_of_an_architecture_gets_the_same_tasks():
+    """TargetInfo.extraction_key drops the LLVM CPU and cores: the corpus' task archive of one
+    CPU serves every other CPU of its architecture (tlm.search.collect.tasks_archive)."""
+    from tlm.graph.target import resolve_target
+
+    torch.manual_seed(0)
+    imported = import_torch(SmallNet(), (torch.randn(1, 3, 16, 16),))
+    base = {"kind": "llvm", "mtriple": "x86_64-unknown-linux-gnu"}
+    targets = [resolve_target({**base, "mcpu": cpu, "num-cores": n})
+               for cpu, n in (("znver3", 2), ("icelake-server", 4), ("znver5", 2))]
+    got = [[(t.hash, t.weight, t.mod_json) for t in extract_from_relax(imported.mod, info)] for info in targets]
+    assert got[0] and got[0] == got[1] == got[2]
+    assert len({info.extraction_key for info in targets}) == 1
+    assert resolve_target("cuda").extraction_key != targets[0].extraction_key
+
+
 def test_task_hashes_are_stable_across_processes():
     script = HASH_SCRIPT.format(tests=os.path.dirname(__file__))
     runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)

@@ -4,6 +4,7 @@ from it without measuring anything twice; one collector per work directory; CLI 
 import pytest
 
 from tlm.errors import TlmError
+from tlm.graph.target import resolve_target
 from tlm.measure.shards import corpus_summary, shard_paths
 from tlm.search.collect import (CollectConfig, _locked, _sigterm_stops, collect, read_tasks_archive, tasks_archive,
                                 write_tasks_archive)
@@ -38,6 +39,10 @@ def test_collect_flushes_and_a_new_machine_resumes(base_dir, tasks, tmp_path, me
     archive = tasks_archive(corpus, cfg.loop.sources, host)
     write_tasks_archive(archive, tmp_path / "w1" / "tasks.json")
     assert [t.hash for t in read_tasks_archive(archive)] == [t.hash for t in tasks]
+    # ... and of any other CPU of the same architecture (extraction does not read the CPU name).
+    other = dict(host.config, mcpu="icelake-server" if host.cpu != "icelake-server" else "znver3")
+    assert tasks_archive(corpus, cfg.loop.sources, other_target := resolve_target(other)) == archive
+    assert other_target.cpu != host.cpu
     assert read_tasks_archive(tmp_path / "none.json.xz") is None
     logs = []
     res3 = collect(cfg, None, progress=False, log=logs.append, measurer=measurer)

@@ -65,6 +65,15 @@ class TargetInfo:
         """A stable string that identifies the target (cache keys, database target column)."""
         return json.dumps(self.config, sort_keys=True)
 
+    @property
+    def extraction_key(self) -> str:
+        """The part of `key` that task extraction depends on. For LLVM the CPU name and core count
+        are dropped: legalization and fusion never read them, so every CPU of one architecture
+        gets the same tasks (same TIR, same hashes; tests/graph/test_extract.py checks it on
+        three CPUs). A new CPU then reuses the task list another CPU of its kind extracted."""
+        drop = ("mcpu", "num-cores") if self.kind == "llvm" else ()
+        return json.dumps({k: v for k, v in self.config.items() if k not in drop}, sort_keys=True)
+
 
 def _host_triple() -> str:
     from tvm.target import codegen

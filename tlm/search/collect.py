@@ -69,15 +69,17 @@ def default_base(target) -> Path:
 
 def tasks_archive(corpus: Path, sources: list[str], target) -> Path:
     """Where the corpus keeps the training tasks of `sources` for `target`: an xz file named by
-    the extraction version and code, so that a fresh machine of the same kind loads them instead
-    of extracting ~160 workloads (about an hour on 2 cores); any change to extraction renames it."""
+    the extraction version and code and by what extraction reads of the target
+    (`TargetInfo.extraction_key`: for LLVM its architecture, not its CPU), so that a fresh machine
+    of any CPU of a kind already seen loads them instead of extracting ~160 workloads (about an
+    hour on 2 cores); any change to extraction renames it."""
     import hashlib
 
     from tlm.graph.extract import EXTRACT_VERSION, code_digest
-    from tlm.measure.shards import hardware_slug
 
-    raw = json.dumps([EXTRACT_VERSION, code_digest(), sorted(sources), target.key])
-    return corpus / "tasks" / f"{hardware_slug(target.key)}-{hashlib.sha256(raw.encode()).hexdigest()[:16]}.json.xz"
+    raw = json.dumps([EXTRACT_VERSION, code_digest(), sorted(sources), target.extraction_key])
+    slug = "-".join(p for p in (target.kind, target.arch) if p)
+    return corpus / "tasks" / f"{slug}-{hashlib.sha256(raw.encode()).hexdigest()[:16]}.json.xz"
 
 
 def read_tasks_archive(path: Path) -> list | None:
