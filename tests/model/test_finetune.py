@@ -188,6 +188,37 @@ def test_demonstrations_pick_the_best_and_convert_traces(tasks, host, tmp_path):
         assert demonstrations(db, [mm], host.key) == [(mm, render(progs[4], mm, host))]
 
 
+@pytest.mark.tvm
+def test_demonstrations_of_every_cpu_in_a_database(base_dir, tasks, host, tmp_path):
+    """`tlm finetune --db DB --target all`: each CPU's best programs, each prompt naming its CPU,
+    and the model then lists every one of them in its targets."""
+    from tlm.graph.target import resolve_target
+    from tlm.measure.database import open_db
+    from tlm.model.finetune import db_demos, finetune
+    from tlm.model.lm import load_model
+    from tlm.space.design import plain_json, random_program
+    from tlm.space.language import prompt_tokens, render
+    from tlm.space.sampling import target_id
+
+    mm = tasks[0]
+    other = resolve_target(dict(host.config, mcpu="znver3" if host.cpu != "znver3" else "icelake-server"))
+    with open_db(str(tmp_path / "db")) as db:
+        for target in (host, other):
+            prog = random_program(mm, target, 1)
+            db.add_record(mm, target.key, plain_json(prog.sch.trace.as_json()), [1e-5], proposer="tlm",
+                          sentence=render(prog, mm, target))
+    demos: list = []
+    targets = db_demos(str(tmp_path / "db"), ["all"], 1, demos)
+    assert {t.key for t in targets} == {host.key, other.key} and len(demos) == 2
+    assert {tuple(d.sentence.split()[: d.prompt_len]) for d in demos} == {
+        tuple(prompt_tokens(mm, t)) for t in (host, other)}
+    only: list = []
+    assert [t.key for t in db_demos(str(tmp_path / "db"), [json.dumps(other.config)], 1, only)] == [other.key]
+    assert len(only) == 1
+    out = finetune(base_dir, demos, tmp_path / "ft", FinetuneConfig(steps=2, batch_size=2), target=targets)
+    assert {t["target_id"] for t in load_model(out).meta["targets"]} == {target_id(host), target_id(other)}
+
+
 def test_cli_finetune_needs_one_source(tmp_path):
     from tlm.cli import main
 

@@ -88,7 +88,9 @@ def finetune(base_dir: str | Path, demos, out_dir: str | Path, config: FinetuneC
     """Fine-tune the base model on demonstrations into `out_dir`; returns `out_dir`.
 
     `demos` are `Demo`s or (Task, sentence) pairs; for pairs the prompt length is computed for
-    `target` (default: the base model's target). Always starts from `base_dir`'s weights.
+    `target` (default: the base model's target). `target` may be a list (demonstrations of several
+    CPUs, each prompt naming its own): the model's `targets` gain every one of them.
+    Always starts from `base_dir`'s weights.
     """
     import random
 
@@ -104,7 +106,8 @@ def finetune(base_dir: str | Path, demos, out_dir: str | Path, config: FinetuneC
     if cfg0.threads > 0:
         torch.set_num_threads(cfg0.threads)
     lm = load_model(base_dir, cfg0.device)
-    demos = as_demos(demos, target if target is not None else lm.meta.get("target"))
+    targets = list(target) if isinstance(target, (list, tuple)) else [] if target is None else [target]
+    demos = as_demos(demos, targets[0] if targets else lm.meta.get("target"))
     if not demos:
         raise TlmError("no demonstrations to fine-tune on")
     cfg = cfg0.resolved(len(demos), lm.meta.get("preset"))
@@ -159,11 +162,13 @@ def finetune(base_dir: str | Path, demos, out_dir: str | Path, config: FinetuneC
     shutil.rmtree(tmp, ignore_errors=True)
     meta = {k: v for k, v in lm.meta.items() if k != "sentence_version"}
     meta.update(finetuned_from=str(base_dir), demonstrations=len(demos), loss=cfg.loss)
-    if target is not None:  # demonstrations of another target: the model now serves it too
+    if targets:  # demonstrations of other targets: the model now serves them too
         from tlm.model.lm import model_targets, target_summary
 
-        known, new = model_targets(lm.meta), target_summary(target)
-        meta["targets"] = known + [new] * all(t.get("target_id") != new["target_id"] for t in known)
+        known = model_targets(lm.meta)
+        for new in map(target_summary, targets):
+            known += [new] * all(t.get("target_id") != new["target_id"] for t in known)
+        meta["targets"] = known
     save_model(model, lm.vocab.tokenizer, tmp, meta)
     report = {"config": asdict(cfg), "base": str(base_dir), "demonstrations": len(demos),
               "tasks": len({d.task_hash for d in demos}), "trainable_tokens": trainable,
@@ -262,13 +267,8 @@ def _cmd_finetune(args: argparse.Namespace) -> int:
         demos = read_demos(args.demos)
         target = None
     else:
-        from tlm.measure.database import open_db
-
-        target = resolve_target(args.target)
-        with open_db(args.db, create=False) as db:
-            hashes = sorted({r.task_hash for r in db.records(target_key=target.key)})
-            tasks = [t for t in (db.task(h) for h in hashes) if t is not None]
-            demos = demo_records(db, tasks, target, args.per_task)
+        demos = []
+        target = db_demos(args.db, args.target or ["host"], args.per_task, demos)
     out = finetune(args.base, demos, args.out, cfg, target=target, progress=args.progress)
     report = json.loads((out / CONFIG_FILE).read_text())
     print(f"fine-tuned {args.base} on {report['demonstrations']} demonstrations of {report['tasks']} tasks "
@@ -277,13 +277,31 @@ def _cmd_finetune(args: argparse.Namespace) -> int:
     return 0
 
 
+def db_demos(db_dir: str, specs: list[str], per_task: int, out: list[Demo]) -> list:
+    """Appends to `out` the demonstrations of a record database for each target of `specs` (a
+    target, or "all": every CPU target the database has records of); returns those targets."""
+    from tlm.measure.database import open_db
+
+    with open_db(db_dir, create=False) as db:
+        if "all" in specs:
+            keys = [r[0] for r in db.query("SELECT DISTINCT target_key FROM records ORDER BY target_key")]
+            specs = [s for s in specs if s != "all"] + [json.loads(k) for k in keys]
+        targets = list({t.key: t for t in map(resolve_target, specs)}.values())
+        for target in targets:
+            hashes = sorted({r.task_hash for r in db.records(target_key=target.key)})
+            tasks = [t for t in (db.task(h) for h in hashes) if t is not None]
+            out += demo_records(db, tasks, target, per_task)
+    return targets
+
+
 def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base", required=True, help="the pretrained model directory (TLM-base)")
     p.add_argument("--out", required=True, help="output model directory (replaced when done)")
     p.add_argument("--db", default=None, help="record database: demonstrations of every task in it")
     p.add_argument("--demos", default=None, help="demonstrations as JSON lines (tlm.model.demos.write_demos)")
     p.add_argument("--per-task", type=int, default=1, help="demonstrations per task (with --db)")
-    p.add_argument("--target", default=None, help="target of the records (with --db; default host)")
+    p.add_argument("--target", nargs="+", default=None,
+                   help="targets of the records (with --db; default host; all: every target in the database)")
     p.add_argument("--loss", default="sentence", choices=LOSSES)
     p.add_argument("--steps", type=int, default=0, help="0: --epochs passes over the demonstrations")
     p.add_argument("--epochs", type=float, default=3.0)
