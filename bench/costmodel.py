@@ -1,13 +1,17 @@
 """Can a cost model trained on other tasks pick a task's fast programs? (issue 15, offline)
 
-    .venv/bin/python bench/costmodel.py [--corpus data/corpus] [--work DIR] [--folds 5] [--out bench/results]
+    .venv/bin/python bench/costmodel.py [--corpus data/corpus] [--work DIR] [--folds 5]
+        [--objectives reg pairwise ndcg] [--cpus znver3 znver5] [--out bench/results]
 
-Every committed shard is ingested into WORK/corpus-db (the learning bench's); each task with two
-or more correct programs on this hardware is featurized (tlm.search.costmodel.training_groups).
-Tasks are split into --folds folds (seeded); for each fold a cost model is trained on the other
-folds and ranks the test tasks' measured programs. Per test task with at least 4 programs: the
-latency of the model's top pick over the task's best (geometric mean; a random pick: the mean of
-latency / best), and how often the best is among its top 2 and top 4 (random: k / n).
+Every committed shard is ingested into WORK/corpus-db; on every CPU of the corpus (or --cpus),
+each task with two or more correct programs is featurized (tlm.search.costmodel.training_groups;
+the features are cached in --cache, shared with `tlm costmodel`). Tasks are split into --folds
+folds by task hash (seeded), so a test task is unseen on every CPU. For each fold and objective a
+cost model is trained on the other folds' tasks of every CPU and ranks the test tasks' measured
+programs; "transfer" rows train on the other CPUs' records only (a CPU the model has never seen).
+Per test task with at least 4 programs: the latency of the model's top pick over the task's best
+(geometric mean; a random pick: the mean of latency / best), and how often the best is among its
+top 2 and top 4 (random: k / n).
 Caveat: tasks of one operator at several batch sizes or image sizes fall in different folds, so
 this is easier than a new model's tasks; bench/learning.py --cost-model measures held-out ones.
 Writes OUT/costmodel.{json,md}.
@@ -32,12 +36,42 @@ def _geomean(xs: list[float]) -> float:
     return math.exp(statistics.mean(math.log(x) for x in xs))
 
 
+class Score:
+    """Top-1 / top-2 / top-4 statistics of one contender over test tasks."""
+
+    def __init__(self) -> None:
+        self.pick: list[float] = []
+        self.hit2 = self.hit4 = 0.0
+
+    def add(self, lat, order) -> None:
+        best = lat.min()
+        self.pick.append(float(lat[order[0]] / best))
+        self.hit2 += bool(lat[order[:2]].min() == best)
+        self.hit4 += bool(lat[order[:4]].min() == best)
+
+    def add_random(self, lat) -> None:
+        self.pick.append(float((lat / lat.min()).mean()))
+        self.hit2 += min(1.0, 2 / len(lat))
+        self.hit4 += min(1.0, 4 / len(lat))
+
+    def summary(self) -> dict:
+        n = len(self.pick)
+        return {"tasks": n, "top1_vs_best": _geomean(self.pick) if n else None,
+                "best_in_top2": self.hit2 / n if n else None, "best_in_top4": self.hit4 / n if n else None}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--corpus", default=str(ROOT / "data" / "corpus"))
-    p.add_argument("--work", default=None, help="default work/learning-<hardware> (its corpus-db)")
+    p.add_argument("--work", default=str(ROOT / "work" / "costmodel"),
+                   help="its corpus-db and features (default work/costmodel, shared with `tlm costmodel`)")
+    p.add_argument("--cpus", nargs="*", default=None, help="CPUs whose records are used (default: all)")
+    p.add_argument("--objectives", nargs="+", default=["reg"], choices=["reg", "pairwise", "ndcg"])
+    p.add_argument("--no-transfer", dest="transfer", action="store_false",
+                   help="skip the rows trained on the other CPUs only")
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="xgboost threads (0: its default)")
     p.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = p.parse_args(argv)
 
@@ -46,59 +80,78 @@ def main(argv: list[str] | None = None) -> int:
     from tlm.graph.target import resolve_target
     from tlm.measure.database import open_db
     from tlm.measure.shards import hardware_slug, ingest
-    from tlm.search.costmodel import CostModel, CostModelConfig, training_groups
+    from tlm.search.costmodel import CostModel, CostModelConfig, task_groups
 
-    target = resolve_target(None)
-    work = Path(args.work or ROOT / "work" / f"learning-{hardware_slug(target.key)}")
+    work = Path(args.work)
     t0 = time.time()
-    with open_db(str(work / "corpus-db")) as db:
+    groups: list[tuple[str, str, np.ndarray, list[float]]] = []  # (task hash, cpu, features, latencies)
+    records: dict[str, int] = {}
+    with open_db(str(work / "db")) as db:
         ingest(db, args.corpus)
-        tasks = [t for h in sorted(db.best_by_task(target.key)) if (t := db.task(h)) is not None]
-        groups = training_groups(db, target, tasks)
-        records = db.count(target_key=target.key)
-    feat_s = time.time() - t0
-    order = list(range(len(groups)))
-    random.Random(args.seed).shuffle(order)
-    fold = {g: i % args.folds for i, g in enumerate(order)}
-    pick, rand, hit2, hit4, exp2, exp4 = [], [], 0, 0, 0.0, 0.0
-    for k in range(args.folds):
-        train = [groups[g] for g in order if fold[g] != k]
-        model = CostModel(CostModelConfig(seed=args.seed, threads=target.cores)).fit(train)
-        for g in (g for g in order if fold[g] == k):
-            x, lat = groups[g]
-            if len(lat) < 4:
+        for key in [r[0] for r in db.query("SELECT DISTINCT target_key FROM records ORDER BY target_key")]:
+            target = resolve_target(json.loads(key))
+            if target.kind != "llvm" or (args.cpus and target.cpu not in args.cpus):
                 continue
-            lat = np.asarray(lat)
-            best = lat.min()
-            ranked = np.argsort(-model.predict(x), kind="stable")
-            pick.append(float(lat[ranked[0]] / best))
-            rand.append(float(np.mean(lat / best)))
-            hit2 += bool(lat[ranked[:2]].min() == best)
-            hit4 += bool(lat[ranked[:4]].min() == best)
-            exp2 += min(1.0, 2 / len(lat))
-            exp4 += min(1.0, 4 / len(lat))
-    n = len(pick)
+            tasks = [t for h in sorted(db.best_by_task(target.key)) if (t := db.task(h)) is not None]
+            for task, x, lat in task_groups(db, target, tasks, cache=work / "features"):
+                groups.append((task.hash, target.cpu, x, lat))
+            records[hardware_slug(target.key)] = db.count(target_key=target.key)
+            print(f"{target.cpu}: {sum(1 for g in groups if g[1] == target.cpu)} tasks ({time.time() - t0:.0f} s)",
+                  flush=True)
+    feat_s = time.time() - t0
+    cpus = sorted({g[1] for g in groups})
+    hashes = sorted({g[0] for g in groups})
+    random.Random(args.seed).shuffle(hashes)
+    fold = {h: i % args.folds for i, h in enumerate(hashes)}
+
+    contenders = [(obj, "all") for obj in args.objectives]
+    if args.transfer and len(cpus) > 1:
+        contenders.append((args.objectives[0], "others"))
+    scores = {(c, cpu): Score() for c in contenders + [("random", "")] for cpu in cpus}
+    for k in range(args.folds):
+        test = [g for g in groups if fold[g[0]] == k and len(g[3]) >= 4]
+        for _, cpu, _, lat in test:
+            scores[(("random", ""), cpu)].add_random(np.asarray(lat))
+        for obj, train_on in contenders:
+            cfg = CostModelConfig(seed=args.seed, threads=args.threads, objective=obj)
+            fits = {"": None} if train_on == "all" else {cpu: None for cpu in cpus}
+            for held in fits:
+                train = [(x, lat) for h, cpu, x, lat in groups if fold[h] != k and cpu != held]
+                fits[held] = CostModel(cfg).fit(train)
+            for _, cpu, x, lat in test:
+                model = fits[""] if train_on == "all" else fits[cpu]
+                scores[((obj, train_on), cpu)].add(np.asarray(lat), np.argsort(-model.predict(x), kind="stable"))
+            print(f"fold {k}: {obj} ({train_on}) done ({time.time() - t0:.0f} s)", flush=True)
+
+    label = lambda c: "random pick" if c[0] == "random" else (  # noqa: E731
+        f"{c[0]}, other CPUs only" if c[1] == "others" else c[0])
+    rows = [{"cpu": cpu, "contender": label(c), **scores[(c, cpu)].summary()}
+            for cpu in cpus for c in [("random", "")] + contenders]
     res = {"command": ("python bench/costmodel.py " + " ".join(sys.argv[1:] if argv is None else argv)).strip(),
-           "hardware": hardware_slug(target.key), "records": records, "tasks": len(groups),
-           "programs": sum(len(lat) for _, lat in groups), "test_tasks": n, "featurize_s": round(feat_s),
-           "seconds": round(time.time() - t0),
-           "top1_vs_best": {"model": _geomean(pick), "random": _geomean(rand)},
-           "best_in_top2": {"model": hit2 / n, "random": exp2 / n},
-           "best_in_top4": {"model": hit4 / n, "random": exp4 / n}}
+           "host": hardware_slug(resolve_target(None).key), "records": records,
+           "tasks": {cpu: sum(1 for g in groups if g[1] == cpu) for cpu in cpus},
+           "programs": {cpu: sum(len(g[3]) for g in groups if g[1] == cpu) for cpu in cpus},
+           "folds": args.folds, "featurize_s": round(feat_s), "seconds": round(time.time() - t0), "rows": rows}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "costmodel.json").write_text(json.dumps(res, indent=1))
+    fmt = lambda v, d: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
     lines = ["# Cost model: picking a task's fast programs, trained on other tasks", "",
-             f"`{res['command']}` on {res['hardware']}: {res['programs']} correct programs of {res['tasks']} tasks "
-             f"(corpus: {records} records), {args.folds} folds by task; {n} test tasks with at least 4 programs. "
-             f"{res['seconds']} s ({res['featurize_s']} s featurizing).", "",
-             "| | cost model | random pick |", "|---|---:|---:|",
-             f"| top pick's latency / task best (geomean) | {res['top1_vs_best']['model']:.3f} | "
-             f"{res['top1_vs_best']['random']:.3f} |",
-             f"| best among the top 2 | {res['best_in_top2']['model']:.2f} | {res['best_in_top2']['random']:.2f} |",
-             f"| best among the top 4 | {res['best_in_top4']['model']:.2f} | {res['best_in_top4']['random']:.2f} |", "",
-             "Tasks of one operator at other batch or image sizes can fall in other folds: easier than a new "
-             "model's tasks (`bench/learning.py --cost-model` measures those)."]
+             f"`{res['command']}` (run on {res['host']}, {time.strftime('%Y-%m-%d')}): "
+             + "; ".join(f"{cpu}: {res['programs'][cpu]} correct programs of {res['tasks'][cpu]} tasks"
+                         for cpu in cpus)
+             + f" (corpus records: {', '.join(f'{k} {v}' for k, v in records.items())}). {args.folds} folds by "
+             f"task hash, the same on every CPU; test tasks: those with at least 4 programs. {res['seconds']} s "
+             f"({res['featurize_s']} s reading and featurizing).", "",
+             "Rows: the cost model's objective (`tlm.search.costmodel.OBJECTIVES`), trained on the training folds "
+             "of every CPU; `other CPUs only`: trained without any record of the test CPU (how a cost model "
+             "serves a CPU it has never measured on).", "",
+             "| test CPU | contender | test tasks | top pick / task best (geomean) | best in top 2 | best in top 4 |",
+             "|---|---|---:|---:|---:|---:|"]
+    lines += [f"| {r['cpu']} | {r['contender']} | {r['tasks']} | {fmt(r['top1_vs_best'], 3)} | "
+              f"{fmt(r['best_in_top2'], 2)} | {fmt(r['best_in_top4'], 2)} |" for r in rows]
+    lines += ["", "Tasks of one operator at other batch or image sizes can fall in other folds: easier than a new "
+              "model's tasks (`bench/learning.py --cost-model` measures those)."]
     (out / "costmodel.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -55,6 +55,21 @@ def test_trained_on_records_it_ranks_and_round_trips(measured, tasks, host, tmp_
     assert model.predict(bad)[1] == -math.inf and features(tasks[0], [], host).shape == (0, 329)
 
 
+@pytest.mark.parametrize("objective", ["pairwise", "ndcg"])
+def test_ranking_objectives_learn_within_each_task(measured, tasks, host, tmp_path, objective):
+    from tlm.errors import TlmError
+    from tlm.search.costmodel import CostModel, CostModelConfig, training_groups
+
+    groups = training_groups(measured, host, tasks)
+    model = CostModel(CostModelConfig(trees=50, objective=objective)).fit(groups)
+    for x, lat in groups:  # fitted on these programs: its top pick is among the faster half
+        assert lat[int(np.argmax(model.predict(x)))] <= sorted(lat)[len(lat) // 2]
+    model.save(tmp_path / objective)
+    assert CostModel.load(tmp_path / objective).config.objective == objective
+    with pytest.raises(TlmError, match="objective"):
+        CostModel(CostModelConfig(objective="mse")).fit(groups)
+
+
 def test_nothing_to_learn_is_a_one_line_error(tmp_path):
     from tlm.errors import TlmError
     from tlm.search.costmodel import CostModel

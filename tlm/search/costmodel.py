@@ -29,6 +29,7 @@ from tlm.errors import TlmError
 from tlm.graph.tasks import Task
 
 MODEL_FILE = "costmodel.json"
+OBJECTIVES = {"reg": "reg:squarederror", "pairwise": "rank:pairwise", "ndcg": "rank:ndcg"}
 CONFIG_FILE = "costmodel-config.json"
 META_FILE = "costmodel-meta.json"
 
@@ -41,6 +42,9 @@ class CostModelConfig:
     clip: float = 4.0  # labels below -clip (programs > e^4 = 55x slower than the best) are -clip
     seed: int = 0
     threads: int = 0  # 0: xgboost's default
+    # "reg": regression on the label; "pairwise" / "ndcg": XGBoost's learning to rank within each
+    # task (a group per task and CPU; ndcg on the label in 1/4 steps of log latency, 0..16)
+    objective: str = "reg"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,7 +87,9 @@ class CostModel:
 
     def _params(self) -> dict[str, Any]:
         c = self.config
-        p = {"objective": "reg:squarederror", "max_depth": c.depth, "eta": c.eta, "seed": c.seed}
+        if c.objective not in OBJECTIVES:
+            raise TlmError(f"bad cost model objective {c.objective!r}: use one of {', '.join(OBJECTIVES)}")
+        p = {"objective": OBJECTIVES[c.objective], "max_depth": c.depth, "eta": c.eta, "seed": c.seed}
         if c.threads:
             p["nthread"] = c.threads
         return p
@@ -92,6 +98,7 @@ class CostModel:
         """Train on [(features [n, F] of a task's correct programs, their latencies)]."""
         import xgboost as xgb
 
+        params = self._params()  # checks the objective first
         xs, ys = [], []
         for x, lat in groups:
             ok = ~np.isnan(x).any(axis=1)
@@ -101,8 +108,13 @@ class CostModel:
             ys.append(labels([v for v, good in zip(lat, ok) if good], self.config.clip))
         if not xs:
             raise TlmError("no task with two or more correct programs to learn from")
-        data = xgb.DMatrix(np.concatenate(xs), label=np.concatenate(ys))
-        self.booster = xgb.train(self._params(), data, self.config.trees)
+        y = np.concatenate(ys)
+        if self.config.objective == "ndcg":  # integer relevance: 0 (clip) .. 4 * clip (the best)
+            y = np.round((y + self.config.clip) * 4)
+        data = xgb.DMatrix(np.concatenate(xs), label=y)
+        if self.config.objective != "reg":
+            data.set_group([len(v) for v in ys])  # rows are in group order
+        self.booster = xgb.train(params, data, self.config.trees)
         return self
 
     def predict(self, x: np.ndarray) -> np.ndarray:
@@ -140,7 +152,13 @@ class CostModel:
 
 def training_groups(db, target, tasks: list[Task], per_task: int = 0,
                     cache: str | Path | None = None) -> list[tuple[np.ndarray, list[float]]]:
-    """(features, latencies) of each task's correct records on `target` (at most `per_task`, the
+    """(features, latencies) of each task's correct records on `target`: `task_groups` without the task."""
+    return [(x, lat) for _, x, lat in task_groups(db, target, tasks, per_task, cache)]
+
+
+def task_groups(db, target, tasks: list[Task], per_task: int = 0,
+                cache: str | Path | None = None) -> list[tuple[Task, np.ndarray, list[float]]]:
+    """(task, features, latencies) of each task's correct records on `target` (at most `per_task`, the
     fastest first; 0: all). A record without a stored trace is rebuilt from its sentence; one that
     no longer parses (its task's space changed since) gets a row of NaN (`CostModel.fit` leaves
     it out). `cache`: a directory keeping every program's features (per hardware and task, keyed
@@ -187,7 +205,7 @@ def training_groups(db, target, tasks: list[Task], per_task: int = 0,
                 store.save(task.hash, known)
         x = np.stack([known[k] for k in keys])
         if (~np.isnan(x).any(axis=1)).sum() >= 2:
-            groups.append((x, [r.median_s for r in recs]))
+            groups.append((task, x, [r.median_s for r in recs]))
     return groups
 
 
@@ -333,7 +351,7 @@ def train_on_corpus(corpus: str | Path, out: str | Path, work: str | Path, kind:
 def _cmd_costmodel(args) -> int:
     if args.trees < 1 or args.depth < 1:
         raise TlmError("--trees and --depth must be at least 1")
-    cfg = CostModelConfig(trees=args.trees, depth=args.depth, seed=args.seed)
+    cfg = CostModelConfig(trees=args.trees, depth=args.depth, seed=args.seed, objective=args.objective)
     meta = train_on_corpus(args.corpus, args.out, args.work, args.kind, cfg,
                            log=lambda m: _stderr(m))
     print(f"cost model in {args.out}: {meta['programs']} programs of {meta['tasks']} tasks on "
@@ -350,4 +368,6 @@ def register_cli(sub) -> None:
     p.add_argument("--trees", type=int, default=CostModelConfig.trees)
     p.add_argument("--depth", type=int, default=CostModelConfig.depth)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--objective", default=CostModelConfig.objective, choices=list(OBJECTIVES),
+                   help="reg: regression on -log(latency / task best); pairwise, ndcg: ranking within each task")
     p.set_defaults(func=_cmd_costmodel)
