@@ -2,6 +2,7 @@
 
     python bench/pick.py [--workloads bert_tiny dcgan mobilenet_v2 ...] [--rounds 7] [--out bench/results]
     python bench/pick.py --models old=DIR new=DIR --picks cost --name pick-models   # models compared
+    python bench/pick.py --picks cost --cost-models old=DIR new=DIR --name pick-costmodels   # cost models
 
 For each held-out workload, the TLM tuner at budget 0 (no measurement) with each pick of
 `TuneConfig.pick`: "greedy" (word-by-word argmax), "logprob" (the most likely of 32 samples by
@@ -10,7 +11,8 @@ generation log-prob) and "cost" (the shipped cost model's top pick of the same 3
 programs and its output checked against PyTorch; then the compiled models, PyTorch and ONNX
 Runtime timed in one interleaved run (`--rounds` rounds, medians). Writes OUT/NAME.{json,md}
 (NAME: --name, default pick). `--models LABEL=DIR ...`: each pick of each model (default: the
-shipped model for the host).
+shipped model for the host); `--cost-models LABEL=DIR ...`: the cost pick with each cost model
+(default: the shipped one for the host).
 """
 
 from __future__ import annotations
@@ -29,8 +31,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 PICKS = ("greedy", "logprob", "cost")
 
 
-def run_workload(name: str, target, rounds: int, samples: int, models: dict[str, str | None],
-                 picks: list[str]) -> dict:
+def contenders(models: dict[str, str | None], picks: list[str], cost_models: dict[str, str]) -> list[tuple]:
+    """(label, pick, model dir, cost model) of each contender: every pick of every model, the
+    cost pick once per cost model ("auto": the shipped one for the host)."""
+    out = []
+    for m, d in models.items():
+        for p in picks:
+            for c, cm in (cost_models.items() if p == "cost" else [("", "none")]):
+                words = [m] * (len(models) > 1) + [c] * (len(cost_models) > 1 and p == "cost")
+                out.append(("+".join(words) + ":" + p if words else p, p, d, cm))
+    return out
+
+
+def run_workload(name: str, target, rounds: int, samples: int, runs: list[tuple]) -> dict:
     import numpy as np
     import torch
     import tvm
@@ -47,9 +60,9 @@ def run_workload(name: str, target, rounds: int, samples: int, models: dict[str,
     imported = import_source(name)
     args = [tvm.runtime.tensor(np.ascontiguousarray(x), tvm.cpu()) for x in imported.inputs]
     rows, fns = [], {}
-    for label, pick, model in [(f"{m}:{p}" if len(models) > 1 else p, p, d) for m, d in models.items() for p in picks]:
+    for label, pick, model, cost_model in runs:
         db = tempfile.mkdtemp(prefix=f"tlm-pick-{pick}-")
-        cfg = TuneConfig(pick=pick, pick_samples=samples, cost_model="auto" if pick == "cost" else "none")
+        cfg = TuneConfig(pick=pick, pick_samples=samples, cost_model=cost_model)
         t0 = time.perf_counter()
         summary = tune(tasks, "tlm", 0, db, target=target, config=cfg, progress=False, model=model)
         tune_s = time.perf_counter() - t0
@@ -105,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--samples", type=int, default=32, help="samples the logprob and cost picks choose from")
     ap.add_argument("--models", nargs="+", default=None, help="LABEL=DIR ... (default: the shipped model)")
     ap.add_argument("--picks", nargs="+", default=list(PICKS), choices=PICKS)
+    ap.add_argument("--cost-models", nargs="+", default=None,
+                    help="LABEL=DIR ... for the cost pick (default: the shipped one for the host)")
     ap.add_argument("--name", default="pick", help="results file name")
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args(argv)
@@ -117,17 +132,22 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     cm = default_cost_model(target)
     models = dict(m.split("=", 1) for m in args.models) if args.models else {"shipped": None}
-    labels = [f"{m}:{p}" if len(models) > 1 else p for m in models for p in args.picks]
+    cost_models = dict(c.split("=", 1) for c in args.cost_models) if args.cost_models else {"shipped": "auto"}
+    runs = contenders(models, args.picks, cost_models)
+    labels = [r[0] for r in runs]
     data = {"created": time.strftime("%Y-%m-%d %H:%M:%S"), "cpu": target.cpu, "threads": target.cores,
-            "rounds": args.rounds, "cost_model": cm.name if cm else None, "name": args.name, "labels": labels,
+            "rounds": args.rounds, "name": args.name, "labels": labels,
+            "cost_model": ", ".join(f"{c}={Path(d).name}" for c, d in cost_models.items()) if args.cost_models
+            else (cm.name if cm else None),
             "models": {m: d or default_model_dir(target).name for m, d in models.items()},
             "command": "python bench/pick.py --workloads " + " ".join(args.workloads)
                        + f" --rounds {args.rounds} --samples {args.samples}"
                        + (" --models " + " ".join(args.models) if args.models else "")
                        + ("" if args.picks == list(PICKS) else " --picks " + " ".join(args.picks))
+                       + (" --cost-models " + " ".join(args.cost_models) if args.cost_models else "")
                        + ("" if args.name == "pick" else f" --name {args.name}"), "workloads": {}}
     for name in args.workloads:
-        data["workloads"][name] = run_workload(name, target, args.rounds, args.samples, models, args.picks)
+        data["workloads"][name] = run_workload(name, target, args.rounds, args.samples, runs)
         (out / f"{args.name}.json").write_text(json.dumps(data, indent=1, default=str))
     write(out, data)
     return 0
