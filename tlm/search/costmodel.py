@@ -5,7 +5,9 @@ measured: pick TLM@0's program among N samples, or choose which k of N generated
 measure. Features are MetaSchedule's `PerStoreFeature` (164 numbers per store of the lowered
 program), summed and maxed over stores, plus the store count; the label is how far a program is
 from its task's best, -log(latency / best) (0 for the best), clipped at `CostModelConfig.clip`,
-so every task weighs the same whatever its absolute time. Model: XGBoost regression.
+so every task weighs the same whatever its absolute time. Model: XGBoost, by default learning to
+rank the programs of each task (pairwise), which picks the best more often than a regression on
+the label (`CostModelConfig.objective`; bench/costmodel.py compares them).
 Tasks with fewer than 2 correct programs teach nothing about ranking and are left out.
 
     tlm costmodel [--corpus data/corpus] --out DIR     train one on every record of the corpus
@@ -43,8 +45,9 @@ class CostModelConfig:
     seed: int = 0
     threads: int = 0  # 0: xgboost's default
     # "reg": regression on the label; "pairwise" / "ndcg": XGBoost's learning to rank within each
-    # task (a group per task and CPU; ndcg on the label in 1/4 steps of log latency, 0..16)
-    objective: str = "reg"
+    # task (a group per task and CPU; ndcg on the label in 1/4 steps of log latency, 0..16).
+    # pairwise: best in its top 2 for 69% of unseen tasks, regression 62% (bench/results/costmodel.md)
+    objective: str = "pairwise"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
