@@ -5,9 +5,9 @@ measured: pick TLM@0's program among N samples, or choose which k of N generated
 measure. Features are MetaSchedule's `PerStoreFeature` (164 numbers per store of the lowered
 program), summed and maxed over stores, plus the store count; the label is how far a program is
 from its task's best, -log(latency / best) (0 for the best), clipped at `CostModelConfig.clip`,
-so every task weighs the same whatever its absolute time. Model: XGBoost, by default learning to
-rank the programs of each task (pairwise), which picks the best more often than a regression on
-the label (`CostModelConfig.objective`; bench/costmodel.py compares them).
+so every task weighs the same whatever its absolute time. Model: XGBoost regression (or learning
+to rank within each task, `CostModelConfig.objective`: better on measured programs, worse on raw
+samples; bench/costmodel.py and bench/pick.py --cost-models compare them).
 Tasks with fewer than 2 correct programs teach nothing about ranking and are left out.
 
     tlm costmodel [--corpus data/corpus] --out DIR     train one on every record of the corpus
@@ -46,8 +46,11 @@ class CostModelConfig:
     threads: int = 0  # 0: xgboost's default
     # "reg": regression on the label; "pairwise" / "ndcg": XGBoost's learning to rank within each
     # task (a group per task and CPU; ndcg on the label in 1/4 steps of log latency, 0..16).
-    # pairwise: best in its top 2 for 69% of unseen tasks, regression 62% (bench/results/costmodel.md)
-    objective: str = "pairwise"
+    # Ranking orders a task's measured programs better (best in the top 2 of unseen tasks: 69% vs
+    # 62%, bench/results/costmodel.md) but picks among raw samples far worse (TLM@0 end to end
+    # 1.73x slower, bench/results/pick-costmodels.md): the corpus holds mostly good programs, and
+    # only the regression's absolute labels learn to reject the bad ones a model also samples.
+    objective: str = "reg"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
