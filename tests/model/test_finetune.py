@@ -207,13 +207,12 @@ def test_demonstrations_of_every_cpu_in_a_database(base_dir, tasks, host, tmp_pa
             prog = random_program(mm, target, 1)
             db.add_record(mm, target.key, plain_json(prog.sch.trace.as_json()), [1e-5], proposer="tlm",
                           sentence=render(prog, mm, target))
-    demos: list = []
-    targets = db_demos(str(tmp_path / "db"), ["all"], 1, demos)
+    targets, demos = db_demos(str(tmp_path / "db"), ["all"], 1)
     assert {t.key for t in targets} == {host.key, other.key} and len(demos) == 2
     assert {tuple(d.sentence.split()[: d.prompt_len]) for d in demos} == {
         tuple(prompt_tokens(mm, t)) for t in (host, other)}
-    only: list = []
-    assert [t.key for t in db_demos(str(tmp_path / "db"), [json.dumps(other.config)], 1, only)] == [other.key]
+    only_targets, only = db_demos(str(tmp_path / "db"), [json.dumps(other.config)], 1)
+    assert [t.key for t in only_targets] == [other.key]
     assert len(only) == 1
     out = finetune(base_dir, demos, tmp_path / "ft", FinetuneConfig(steps=2, batch_size=2), target=targets)
     assert {t["target_id"] for t in load_model(out).meta["targets"]} == {target_id(host), target_id(other)}

@@ -267,8 +267,7 @@ def _cmd_finetune(args: argparse.Namespace) -> int:
         demos = read_demos(args.demos)
         target = None
     else:
-        demos = []
-        target = db_demos(args.db, args.target or ["host"], args.per_task, demos)
+        target, demos = db_demos(args.db, args.target or ["host"], args.per_task)
     out = finetune(args.base, demos, args.out, cfg, target=target, progress=args.progress)
     report = json.loads((out / CONFIG_FILE).read_text())
     print(f"fine-tuned {args.base} on {report['demonstrations']} demonstrations of {report['tasks']} tasks "
@@ -277,9 +276,9 @@ def _cmd_finetune(args: argparse.Namespace) -> int:
     return 0
 
 
-def db_demos(db_dir: str, specs: list[str], per_task: int, out: list[Demo]) -> list:
-    """Appends to `out` the demonstrations of a record database for each target of `specs` (a
-    target, or "all": every CPU target the database has records of); returns those targets."""
+def db_demos(db_dir: str, specs: list[str], per_task: int) -> tuple[list, list[Demo]]:
+    """(targets, demonstrations) of a record database for each target of `specs` (a target, or
+    "all": every CPU target the database has records of)."""
     from tlm.measure.database import open_db
 
     with open_db(db_dir, create=False) as db:
@@ -287,11 +286,12 @@ def db_demos(db_dir: str, specs: list[str], per_task: int, out: list[Demo]) -> l
             keys = [r[0] for r in db.query("SELECT DISTINCT target_key FROM records ORDER BY target_key")]
             specs = [s for s in specs if s != "all"] + [json.loads(k) for k in keys]
         targets = list({t.key: t for t in map(resolve_target, specs)}.values())
+        out: list[Demo] = []
         for target in targets:
             hashes = sorted({r.task_hash for r in db.records(target_key=target.key)})
             tasks = [t for t in (db.task(h) for h in hashes) if t is not None]
             out += demo_records(db, tasks, target, per_task)
-    return targets
+    return targets, out
 
 
 def _add_args(p: argparse.ArgumentParser) -> None:
