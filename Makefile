@@ -19,9 +19,10 @@ $(STAMP): pyproject.toml constraints.txt
 run: setup
 	$(BIN)/tlm compile $(SOURCE) --budget $(BUDGET) --progress
 
-# The evaluation (issue 7): resumable, results/summary.md + CSVs + PNGs. SUITE=quick|standard|full
+# The evaluation (issues 7, 15): resumable on the same hardware, results/SUITE-HARDWARE/summary.md
+# + CSVs + PNGs. SUITE=quick|standard|large|heldout|full
 eval: setup
-	$(BIN)/tlm eval --suite $(SUITE) --out results
+	$(BIN)/tlm eval --suite $(SUITE)
 
 # The data engine (issue 15): the iterative loop over the training tasks, its records flushed as
 # append-only shards into data/corpus (commit them). Resumes from the committed corpus on any machine.

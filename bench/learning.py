@@ -53,25 +53,13 @@ EVAL_WORKLOADS = ["bert_base", "gpt2", "resnet_50", "mobilenet_v2", "bert_tiny",
 
 def heldout_tasks(workloads: list[str], corpus_db, n: int, target, k: int, seed: int) -> list[tuple]:
     """Up to n (task, its k random sentences) of the workloads, none in the corpus, each with at
-    least k programs: per kind the largest, then the largest."""
+    least k programs: per kind the largest, then the largest (tlm.eval.heldout.select_heldout)."""
+    from tlm.eval.heldout import select_heldout
     from tlm.graph.extract import tasks_for_source
 
-    seen: dict[str, object] = {}
-    for w in workloads:
-        for t in tasks_for_source(w, target=target).tasks:
-            if corpus_db.task(t.hash) is None:
-                seen.setdefault(t.hash, t)
-    size = sorted(seen.values(), key=lambda t: -t.weight * t.flops)
-    firsts: dict[str, object] = {}
-    for t in size:
-        firsts.setdefault(t.kind, t)
-    picked: list[tuple] = []
-    for t in list(firsts.values()) + [t for t in size if t not in firsts.values()]:
-        if len(picked) >= n:
-            break
-        if len(rand := random_sentences(t, target, k, seed)) >= k:
-            picked.append((t, rand))
-    return picked
+    tbw = {w: tasks_for_source(w, target=target).tasks for w in workloads}
+    trained = {t.hash for ts in tbw.values() for t in ts if corpus_db.task(t.hash) is not None}
+    return [(t, random_sentences(t, target, k, seed)) for _, t in select_heldout(tbw, n, target, k, seed, trained)]
 
 
 def method_demos(db, tasks, target, per_task: int, power: float) -> list:
@@ -181,9 +169,9 @@ def cm_top(cm, task, target, sentences: list[str], k: int) -> list[str]:
 
 
 def random_sentences(task, target, k: int, seed: int) -> list[str]:
-    from tlm.space.sampling import sample_task, task_seed
+    from tlm.eval.heldout import random_sentences as sample
 
-    return [r["sentence"] for r in sample_task(task, target, k, task_seed(seed, task.hash)).records]
+    return sample(task, target, k, seed)
 
 
 def score(per_task: list[dict], contenders: list[str], reference: str) -> dict[str, dict]:

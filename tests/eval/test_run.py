@@ -48,10 +48,15 @@ def test_quick_and_full_plans(tmp_path):
     assert "estimated measurements" in describe_plan(quick, steps)
 
     full = EvalConfig.for_suite("full", str(tmp_path))
-    assert len(full.workloads) == 6 and full.ms_budget == "64g" and full.subgraph_ks == [1, 10, 32, 64]
+    assert len(full.workloads) == 6 and full.ms_budget == "64g" and full.tlm_budgets == ["0", "1g", "10g", "32g"]
     steps = build_plan(full)
     assert sum(s.kind == "e2e" for s in steps) == 6 and sum(s.kind == "tune" for s in steps) == 6 * 5
     assert any(s.measurements is None for s in steps)  # unknown without task counts
+    assert [s.id for s in steps if s.kind in ("subgraph", "heldout")] == ["heldout"]
+    # The held-out benchmark alone: 20 tasks x (TLM@0 1 + TLM@1,10,32 + random 32 + MetaSchedule 256).
+    held = build_plan(EvalConfig.for_suite("heldout", str(tmp_path)))
+    assert [s.id for s in held] == ["peak", "heldout", "generator"]
+    assert held[1].measurements == 20 * (1 + 1 + 10 + 32 + 32 + 256)
     with pytest.raises(TlmError):
         EvalConfig.for_suite("quick", str(tmp_path), ms_budget="4g")  # subgraph k 10 > 4 per task
     with pytest.raises(TlmError):
@@ -94,6 +99,11 @@ def test_resume_skips_steps_whose_outputs_exist(tmp_path):
     other = EvalConfig.for_suite("quick", str(tmp_path), workloads=["mobilenet_v2"], tlm_budgets=["0", "2g"])
     with pytest.raises(TlmError):
         evaluate(other, runner=fake_runner, log=lambda *_: None)
+    # Keyed by the machine: a run measured on one CPU is never resumed on another.
+    assert json.load(open(tmp_path / "config.json"))["hardware"]
+    moved = EvalConfig.for_suite("quick", str(tmp_path), workloads=["mobilenet_v2"], hardware="llvm-other-cpu-2c")
+    with pytest.raises(TlmError, match="not on this llvm-other-cpu-2c"):
+        evaluate(moved, runner=fake_runner, log=lambda *_: None)
 
 
 def test_ms_after_k_from_records_in_measurement_order(tmp_path):
@@ -199,6 +209,11 @@ def test_cli_dry_run(tmp_path, capsys):
     assert "tune:dcgan:metaschedule@16g" in out and "e2e:bert_tiny" in out
     assert "estimated measurements" in out
     assert not (tmp_path / "r").exists()  # nothing run, nothing written
+    # Without --out: one folder per suite and hardware; the held-out benchmark's estimate.
+    assert main(["eval", "--suite", "heldout", "--heldout-ks", "0", "1", "--heldout-ms-ks", "4", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "--out results/heldout-llvm-" in out and "heldout" in out and f"{20 * (1 + 1 + 1 + 4)}" in out
+    assert main(["eval", "--suite", "heldout", "--heldout-ms-ks", "0", "--dry-run"]) == 2
 
 
 def test_write_tables_from_databases_and_step_outputs(tmp_path):

@@ -1,6 +1,6 @@
 """The report of `tlm eval`: OUT/summary.md (the paper's tables) and the PNGs (tlm.eval.plots).
 
-Reads OUT/{config.json, peak.json, subgraph.csv, e2e.csv, cost.csv, efficiency.csv,
+Reads OUT/{config.json, peak.json, subgraph.csv, heldout.csv, e2e.csv, cost.csv, efficiency.csv,
 generator.csv} (written by tlm.eval.tables); any of them may be missing (a partial run), its
 section then says so.
 """
@@ -95,6 +95,8 @@ def write_report(out_dir: str) -> str:
     sub, e2e = read_csv(out / "subgraph.csv"), read_csv(out / "e2e.csv")
     cost, eff, gen = read_csv(out / "cost.csv"), read_csv(out / "efficiency.csv"), read_csv(out / "generator.csv")
     lines = [f"# tlm evaluation ({cfg.get('suite', '?')} suite)", ""]
+    if cfg.get("hardware"):
+        lines += [f"Hardware: `{cfg['hardware']}` (every figure below was measured on it).", ""]
     if cfg:
         lines += [f"Workloads: {', '.join(cfg.get('workloads', []))}. MetaSchedule budget {cfg.get('ms_budget')}; "
                   f"TLM budgets {', '.join(map(str, cfg.get('tlm_budgets', [])))}; end-to-end: median of "
@@ -132,6 +134,11 @@ def write_report(out_dir: str) -> str:
             lines += table(["row / column"] + header, [[name] + [fmt(v) for v in vals] for name, vals in body])
     else:
         lines += ["(no subgraph results yet)"]
+
+    if heldout := read_csv(out / "heldout.csv"):
+        from tlm.eval.heldout import report_lines
+
+        lines += ["", "## 1b. Held-out subgraph benchmark", ""] + report_lines(heldout)
 
     lines += ["", "## 2. End-to-end latency (ms, measured)", ""]
     if e2e:

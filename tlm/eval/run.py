@@ -1,11 +1,13 @@
 """`tlm eval --suite quick|standard|large|full --out DIR [--dry-run]`: the paper's evaluation, resumable.
 
+A run is keyed by the machine's hardware (config.json): resuming it on another CPU is refused.
 Steps (each skipped when its output exists; every measurement stays in OUT/dbs): peak (timed
 2048^3 torch.mm); per workload MetaSchedule at the large budget and the TLM budgets in order in
 one database, sqlite-backed-up after each budget (OUT/dbs/W/tlm@B), a JSON log per step
 (OUT/logs); e2e (every snapshot compiled, timed interleaved with PyTorch and ONNX Runtime);
 subgraph (one task per type tuned alone by TLM; "MS after k" from MetaSchedule's records in
-measurement order); generator cost. The plan is tlm.eval.suites; tlm.eval.tables then writes
+measurement order); heldout (tlm.eval.heldout: 20 held-out tasks, each tuned alone by TLM@k,
+random@k and MetaSchedule@k); generator cost. The plan is tlm.eval.suites; tlm.eval.tables then writes
 the CSVs and tlm.eval.report summary.md and the PNGs.
 """
 
@@ -22,6 +24,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any, Callable
 
+from tlm.errors import TlmError
 from tlm.eval.suites import EvalConfig, SUITES, Step, build_plan, db_dir, describe_plan, log_path, run_plan
 from tlm.eval.tables import representatives, write_csv, write_tables
 
@@ -58,7 +61,37 @@ class Runner:
         return representatives({w: self.tasks(w) for w in self.cfg.workloads})
 
     def __call__(self, st: Step) -> None:
-        getattr(self, "_" + st.kind)(st)  # _peak, _tune, _subgraph, _generator, _e2e
+        getattr(self, "_" + st.kind)(st)  # _peak, _tune, _subgraph, _heldout, _generator, _e2e
+
+    def heldout(self, choose: bool = False) -> list[tuple[str, Any]]:
+        """The held-out benchmark's (workload, task): chosen once (OUT/heldout/tasks.json), then kept."""
+        from tlm.eval.heldout import read_tasks, select_heldout, write_tasks
+        from tlm.measure.shards import corpus_task_hashes
+        from tlm.model.lm import repo_root
+
+        cfg, path = self.cfg, Path(self.cfg.out) / "heldout" / "tasks.json"
+        tbw = {w: self.tasks(w) for w in cfg.workloads}
+        if path.is_file():
+            return read_tasks(path, tbw)
+        if not choose:
+            return []
+        # At least 32 programs (the issue's largest k) whatever the ks: runs of any ks share their tasks.
+        picked = select_heldout(tbw, cfg.heldout_tasks, self.target, max([32] + cfg.heldout_tlm_ks), cfg.seed,
+                                exclude=corpus_task_hashes(repo_root() / "data" / "corpus"))
+        write_tasks(path, picked)
+        return picked
+
+    def _heldout(self, st: Step) -> None:
+        from tlm.eval.heldout import run_heldout
+
+        cfg, root = self.cfg, os.path.join(self.cfg.out, "dbs", "heldout")
+
+        def run():
+            from tlm.search.base import TuneConfig
+
+            run_heldout(self.heldout(choose=True), root, self.target, cfg.heldout_tlm_ks, cfg.heldout_ms_ks,
+                        TuneConfig(seed=cfg.seed))
+        self._logged(st, run, None, None)
 
     def _logged(self, st: Step, fn, db: str | None, proposer: str | None) -> None:
         """Run fn, then write the step's JSON log (measurements added, wall seconds; the time of
@@ -228,11 +261,21 @@ def evaluate(cfg: EvalConfig, dry_run: bool = False, runner=None, log=print) -> 
         types = len(representatives(tbw)) if len(tbw) == len(cfg.workloads) else None
         log(describe_plan(cfg, build_plan(cfg, {w: len(t) for w, t in tbw.items()}, types)))
         return 0
+    from tlm.graph.target import resolve_target
+    from tlm.measure.shards import hardware_slug
+
+    cfg.hardware = cfg.hardware or hardware_slug(resolve_target(None).key)
     cfg.save()
     runner = runner or Runner(cfg)
     status = run_plan(build_plan(cfg), runner, log)
     if isinstance(runner, Runner):
-        write_tables(cfg, {w: runner.tasks(w) for w in cfg.workloads}, runner.target.key)
+        from tlm.eval.heldout import heldout_rows
+
+        write_tables(cfg, {w: runner.tasks(w) for w in cfg.workloads} if cfg.e2e else {}, runner.target.key)
+        if cfg.heldout_tasks and (picked := runner.heldout()):
+            write_csv(os.path.join(cfg.out, "heldout.csv"), heldout_rows(
+                picked, os.path.join(cfg.out, "dbs", "heldout"), runner.target.key, cfg.heldout_tlm_ks,
+                cfg.heldout_ms_ks))
     write_report(cfg.out)
     bad = [k for k, v in status.items() if v in ("failed", "blocked")]
     log(f"[eval] report: {os.path.join(cfg.out, 'summary.md')}" + (f"; failed/blocked: {bad}" if bad else ""))
@@ -240,14 +283,33 @@ def evaluate(cfg: EvalConfig, dry_run: bool = False, runner=None, log=print) -> 
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    return evaluate(EvalConfig.for_suite(args.suite, args.out, args.workloads, rounds=args.rounds), args.dry_run)
+    if any(k < 0 for k in (args.heldout_ks or []) + (args.heldout_ms_ks or [])) or (args.heldout_tasks or 0) < 0:
+        raise TlmError("--heldout-tasks and the held-out k values must be >= 0")
+    if args.heldout_ms_ks is not None and 0 in args.heldout_ms_ks:
+        raise TlmError("--heldout-ms-ks: MetaSchedule@0 does not exist (k >= 1)")
+    out = args.out
+    if out is None:  # one folder per suite and machine: a run resumes only on its own hardware
+        from tlm.graph.target import resolve_target
+        from tlm.measure.shards import hardware_slug
+
+        out = os.path.join("results", f"{args.suite}-{hardware_slug(resolve_target(None).key)}")
+    return evaluate(EvalConfig.for_suite(args.suite, out, args.workloads, rounds=args.rounds,
+                                         heldout_tasks=args.heldout_tasks, heldout_tlm_ks=args.heldout_ks,
+                                         heldout_ms_ks=args.heldout_ms_ks), args.dry_run)
 
 
 def register_cli(sub) -> None:
     p = sub.add_parser("eval", help="the paper's evaluation (subgraph, end-to-end, cost, efficiency), resumable")
     p.add_argument("--suite", choices=tuple(SUITES), default="quick")
-    p.add_argument("--out", default="results", help="output directory (databases, CSVs, summary.md, PNGs)")
+    p.add_argument("--out", default=None, help="output directory (databases, CSVs, summary.md, PNGs; default "
+                                                 "results/SUITE-HARDWARE, e.g. results/heldout-llvm-znver5-2c)")
     p.add_argument("--workloads", nargs="+", default=None, help="override the suite's workloads")
     p.add_argument("--rounds", type=int, default=None, help="interleaved end-to-end timing rounds (default 5)")
+    p.add_argument("--heldout-tasks", type=int, default=None,
+                   help="tasks of the held-out subgraph benchmark (suites full and heldout: 20; 0: none)")
+    p.add_argument("--heldout-ks", type=int, nargs="+", default=None,
+                   help="held-out benchmark: TLM@k (and random@k for k > 0); default 0 1 10 32")
+    p.add_argument("--heldout-ms-ks", type=int, nargs="+", default=None,
+                   help="held-out benchmark: MetaSchedule@k; default 1 10 64 256")
     p.add_argument("--dry-run", action="store_true", help="print the plan and estimated measurements only")
     p.set_defaults(func=_cmd_eval)

@@ -25,8 +25,13 @@ SUITES = {
     # MetaSchedule at the issue's large budget (64g) on one transformer, in its own --out.
     "large": dict(workloads=["bert_base"], ms_budget="64g", tlm_budgets=["0", "1g", "10g"],
                   subgraph_ks=[1, 10]),
-    "full": dict(workloads=["mobilenet_v2", "resnet_50", "bert_tiny", "bert_base", "dcgan", "resnext_50"],
-                 ms_budget="64g", tlm_budgets=["0", "1g", "10g", "32g"], subgraph_ks=[1, 10, 32, 64]),
+    # Issue 15's evaluation: end to end TLM@{0,1g,10g,32g} against MetaSchedule@64g on six test
+    # workloads, and the held-out subgraph benchmark (tlm.eval.heldout) on 20 of their tasks.
+    "full": dict(workloads=["bert_base", "gpt2", "resnet_50", "mobilenet_v2", "bert_tiny", "dcgan"],
+                 ms_budget="64g", tlm_budgets=["0", "1g", "10g", "32g"], subgraph_ks=[], heldout_tasks=20),
+    # The held-out subgraph benchmark alone (no end-to-end steps): about 6,600 measurements.
+    "heldout": dict(workloads=["bert_base", "gpt2", "resnet_50", "mobilenet_v2", "bert_tiny", "dcgan"],
+                    ms_budget="64g", tlm_budgets=[], subgraph_ks=[], heldout_tasks=20, e2e=False),
 }
 COMPUTE_KINDS = ("conv1d", "conv2d", "conv3d", "conv2d_transpose", "conv3d_transpose", "matmul", "batch_matmul",
                  "dense")
@@ -43,6 +48,11 @@ class EvalConfig:
     rounds: int = 5
     seed: int = 0
     generator_tasks: int = 4
+    e2e: bool = True  # the per-workload steps (tuning, end-to-end timing, cost, efficiency)
+    heldout_tasks: int = 0  # tasks of the held-out subgraph benchmark (0: none)
+    heldout_tlm_ks: list[int] = field(default_factory=lambda: [0, 1, 10, 32])  # random@k: the same k > 0
+    heldout_ms_ks: list[int] = field(default_factory=lambda: [1, 10, 64, 256])
+    hardware: str = ""  # the machine's hardware key slug (set by `evaluate`): a run resumes only there
 
     @classmethod
     def for_suite(cls, suite: str, out: str, workloads: list[str] | None = None, **kw) -> EvalConfig:
@@ -53,16 +63,20 @@ class EvalConfig:
             base["workloads"] = list(workloads)
         base.update({k: v for k, v in kw.items() if v is not None})
         cfg = cls(suite=suite, out=str(out), **{**base, "tlm_budgets": [str(b) for b in base["tlm_budgets"]]})
-        if max(cfg.subgraph_ks) > per_task(cfg.ms_budget):
+        if cfg.e2e and cfg.subgraph_ks and max(cfg.subgraph_ks) > per_task(cfg.ms_budget):
             raise TlmError(f"subgraph k up to {max(cfg.subgraph_ks)} needs a MetaSchedule budget of at "
                            f"least {max(cfg.subgraph_ks)}g (have {cfg.ms_budget})")
         return cfg
 
     def save(self) -> None:
         """Write OUT/config.json; a resumed run must keep the budgets and seed (else a new --out)."""
-        path, keys = Path(self.out) / "config.json", ("ms_budget", "tlm_budgets", "subgraph_ks", "seed")
+        path = Path(self.out) / "config.json"
+        keys = ("ms_budget", "tlm_budgets", "subgraph_ks", "seed", "heldout_tlm_ks", "heldout_ms_ks")
         old = json.loads(path.read_text()) if path.is_file() else asdict(self)
-        if any(old.get(k) != asdict(self)[k] for k in keys):
+        if old.get("hardware") != self.hardware:  # timings of two machines never share a table
+            raise TlmError(f"{path} holds a run on {old.get('hardware') or 'an unrecorded machine'}, not on this "
+                           f"{self.hardware}; use another --out")
+        if any(old.get(k, asdict(self)[k]) != asdict(self)[k] for k in keys):
             raise TlmError(f"{path} holds other budgets ({ {k: old.get(k) for k in keys} }); use another --out")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(asdict(self), indent=1))
@@ -82,7 +96,7 @@ def slug(text: str) -> str:
 @dataclass
 class Step:
     id: str
-    kind: str  # peak | tune | subgraph | generator | e2e
+    kind: str  # peak | tune | subgraph | heldout | generator | e2e
     outputs: list[str]
     workload: str | None = None
     method: str | None = None  # metaschedule | tlm
@@ -108,7 +122,7 @@ def build_plan(cfg: EvalConfig, task_counts: dict[str, int] | None = None,
     counts = task_counts or {}
     out = cfg.out
     steps = [Step("peak", "peak", [os.path.join(out, "peak.json")], measurements=0)]
-    for w in cfg.workloads:
+    for w in (cfg.workloads if cfg.e2e else []):
         n = counts.get(w)
         ms_id = f"tune:{w}:metaschedule@{cfg.ms_budget}"
         steps.append(Step(ms_id, "tune", [log_path(cfg, ms_id)], w, "metaschedule", cfg.ms_budget,
@@ -121,12 +135,34 @@ def build_plan(cfg: EvalConfig, task_counts: dict[str, int] | None = None,
             prev, deps = max(prev, k), deps + [sid]
         steps.append(Step(f"e2e:{w}", "e2e", [os.path.join(out, "e2e", slug(w) + ".json")], w, deps=deps,
                           measurements=0))
-    sub_id = "subgraph:" + "+".join(cfg.workloads)  # more workloads add task types: run again
-    steps.append(Step(sub_id, "subgraph", [log_path(cfg, sub_id)], method="tlm",
-                      budget=f"{max(cfg.subgraph_ks)}g",
-                      measurements=None if num_types is None else num_types * max(cfg.subgraph_ks)))
+    if cfg.e2e and cfg.subgraph_ks:  # MS after k is read from the workloads' MetaSchedule tuning
+        sub_id = "subgraph:" + "+".join(cfg.workloads)  # more workloads add task types: run again
+        steps.append(Step(sub_id, "subgraph", [log_path(cfg, sub_id)], method="tlm",
+                          budget=f"{max(cfg.subgraph_ks)}g",
+                          measurements=None if num_types is None else num_types * max(cfg.subgraph_ks)))
+    if cfg.heldout_tasks:
+        steps.append(Step("heldout", "heldout", [log_path(cfg, "heldout")], measurements=planned_measurements(
+            cfg.heldout_tasks, cfg.heldout_tlm_ks, cfg.heldout_ms_ks)))
     steps.append(Step("generator", "generator", [os.path.join(out, "generator.csv")], measurements=0))
     return steps
+
+
+def contenders(tlm_ks: list[int], ms_ks: list[int]) -> list[tuple[str, str, list[int]]]:
+    """(database name, tuner, the ks read from it), cheapest first: TLM@0, TLM@k, random, MetaSchedule."""
+    rand_ks = sorted({k for k in tlm_ks if k > 0})
+    out = [(f"tlm@{k}", "tlm", [k]) for k in sorted(set(tlm_ks))]
+    if rand_ks:
+        out.append(("random", "random", rand_ks))
+    if ms_ks:
+        out.append(("metaschedule", "metaschedule", sorted(set(ms_ks))))
+    return out
+
+
+def planned_measurements(n_tasks: int, tlm_ks: list[int], ms_ks: list[int]) -> int:
+    """Measurements of a whole run: TLM@0 counts one (its program, timed here)."""
+    per = sum(max(ks) if name in ("random", "metaschedule") else max(1, ks[0])
+              for name, _, ks in contenders(tlm_ks, ms_ks))
+    return n_tasks * per
 
 
 def run_plan(steps: list[Step], runner: Callable[[Step], None], log=print) -> dict[str, str]:
@@ -152,7 +188,9 @@ def run_plan(steps: list[Step], runner: Callable[[Step], None], log=print) -> di
 def describe_plan(cfg: EvalConfig, steps: list[Step]) -> str:
     lines = [f"tlm eval --suite {cfg.suite} --out {cfg.out}",
              f"workloads: {', '.join(cfg.workloads)}; MetaSchedule {cfg.ms_budget}; TLM budgets "
-             f"{', '.join(cfg.tlm_budgets)}; subgraph k {cfg.subgraph_ks}; {cfg.rounds} timing rounds", ""]
+             f"{', '.join(cfg.tlm_budgets) or 'none'}; subgraph k {cfg.subgraph_ks or 'none'}; {cfg.rounds} timing rounds"
+             + (f"; held-out subgraph benchmark: {cfg.heldout_tasks} tasks, TLM@{cfg.heldout_tlm_ks}, "
+                f"MetaSchedule@{cfg.heldout_ms_ks}" if cfg.heldout_tasks else ""), ""]
     for st in steps:
         lines.append(f"  {st.id:<40} {'?' if st.measurements is None else st.measurements:>7} measurements  "
                      + ("done (skipped)" if st.done() else "to run"))

@@ -57,18 +57,21 @@ def write_csv(path: str, rows: list[dict[str, Any]]) -> None:
 
 # ---------------------------------------------------------------------- tables
 def write_tables(cfg, tasks_by_workload: dict[str, list], target_key: str) -> None:
-    """subgraph.csv, e2e.csv, cost.csv and efficiency.csv from what the steps left on disk."""
+    """subgraph.csv, e2e.csv, cost.csv and efficiency.csv from what the steps left on disk
+    (heldout.csv: tlm.eval.heldout)."""
     from tlm.eval.suites import COMPUTE_KINDS, db_dir, log_path, per_task, slug
     from tlm.measure.database import open_db
 
     out, ks, ms_k = cfg.out, cfg.subgraph_ks, per_task(cfg.ms_budget)
+    if not tasks_by_workload:
+        return
 
     def opened(path):
         return open_db(path, create=False) if os.path.isfile(os.path.join(path, "records.sqlite")) else None
 
     sub_rows = []
     tlm_db = opened(db_dir(cfg, "subgraph", "tlm"))
-    for w, t in representatives(tasks_by_workload):
+    for w, t in representatives(tasks_by_workload) if ks else []:  # no k: no representative-task table
         base = {"kind": t.kind, "task": t.name, "workload": w, "weight": t.weight, "flops": t.flops}
         ms_db = opened(db_dir(cfg, w, "metaschedule"))
         ms = best_after_k(ms_db, t.hash, target_key, "metaschedule", ks + [ms_k]) if ms_db else {}
@@ -85,7 +88,8 @@ def write_tables(cfg, tasks_by_workload: dict[str, list], target_key: str) -> No
             ms_db.close()
     if tlm_db:
         tlm_db.close()
-    write_csv(os.path.join(out, "subgraph.csv"), sub_rows)
+    if sub_rows:
+        write_csv(os.path.join(out, "subgraph.csv"), sub_rows)
 
     e2e_rows, cost_rows, eff_rows = [], [], []
     peak = json.loads(Path(out, "peak.json").read_text())["gflops"] if Path(out, "peak.json").is_file() else None

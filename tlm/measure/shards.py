@@ -276,6 +276,17 @@ def corpus_summary(corpus: str | os.PathLike) -> dict[str, Any]:
     return {k: dict(v, tasks=len(v["tasks"])) for k, v in out.items()}
 
 
+def corpus_task_hashes(corpus: str | os.PathLike) -> set[str]:
+    """Every task hash with a record in the corpus, any hardware (the tasks trained on)."""
+    out: set[str] = set()
+    for path in shard_paths(corpus):
+        try:
+            out |= {r["t"] for r in read_shard(path)[2]}
+        except TlmError:
+            continue
+    return out
+
+
 def require_corpus_dir(corpus: str) -> Path:
     p = Path(corpus)
     if p.exists() and not p.is_dir():

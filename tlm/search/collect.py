@@ -262,6 +262,14 @@ def _cmd_corpus(args: argparse.Namespace) -> int:
     from tlm.measure.shards import corpus_summary
 
     summary = corpus_summary(args.corpus)
+    if args.curve:
+        from tlm.search.corpus_curve import write_curves
+
+        for c in write_curves(args.corpus, args.curve):
+            print(f"{c.hardware}: {c.records} records over {c.tasks} tasks; " + (
+                f"first pass complete at {c.reference} records, normalized total latency now {c.final:.3f}"
+                if c.reference and c.reference < c.records else "first pass not past its end yet: no curve")
+                  + f" ({Path(args.curve) / f'convergence-{c.hardware}.csv'})", file=sys.stderr)
     if args.json:
         json.dump(summary, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -316,4 +324,7 @@ def register_cli(sub) -> None:
     p = sub.add_parser("corpus", help="what the measurement corpus holds, per hardware")
     p.add_argument("--corpus", default=DEFAULT_CORPUS)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--curve", default=None, metavar="DIR",
+                   help="also write the convergence curve per hardware (paper Figure 9): DIR/convergence-*.csv "
+                        "and DIR/convergence.png (e.g. results/corpus)")
     p.set_defaults(func=_cmd_corpus)

@@ -1,0 +1,92 @@
+"""The held-out subgraph benchmark (tlm.eval.heldout): task choice, contenders, rows and report
+from hand-made record databases (fast), and one real run on a tiny task (TVM)."""
+
+import csv
+
+import pytest
+
+from tlm.eval.heldout import (TARGETS, contenders, heldout_rows, planned_measurements, read_tasks, report_lines,
+                              run_heldout, select_heldout, summed, write_tasks)
+from tlm.graph.tasks import Task
+from tlm.measure.database import open_db
+
+
+def fake_task(name, kind, weight=1, flops=1e6):
+    return Task(name=name, hash=f"{abs(hash(name)) % 16**16:016x}", weight=weight, flops=flops, kind=kind, args=[],
+                mod_json="{}")
+
+
+def test_select_heldout_takes_the_largest_of_every_kind_first():
+    big = [fake_task(f"mm{i}", "matmul", flops=1e9 * (i + 1)) for i in range(4)]
+    conv, sm, trained = fake_task("conv", "conv2d", flops=1e6), fake_task("sm", "softmax"), fake_task("t", "pool")
+    tbw = {"a": big[:2] + [conv, trained], "b": big[2:] + [sm, big[0]]}  # mm0 in both: counted once
+    picked = select_heldout(tbw, 4, None, min_programs=1, exclude={trained.hash})
+    assert [t.name for _, t in picked] == ["mm3", "conv", "sm", "mm2"]
+    assert [w for w, _ in picked] == ["b", "a", "b", "b"]
+    assert len(select_heldout(tbw, 20, None, min_programs=1, exclude={trained.hash})) == 6
+
+
+def test_contenders_and_planned_measurements():
+    got = contenders([0, 1, 10, 32], [1, 10, 64, 256])
+    assert [c[0] for c in got] == ["tlm@0", "tlm@1", "tlm@10", "tlm@32", "random", "metaschedule"]
+    assert got[4][2] == [1, 10, 32] and got[5][2] == [1, 10, 64, 256]
+    assert planned_measurements(20, [0, 1, 10, 32], [1, 10, 64, 256]) == 20 * 332
+    assert [c[0] for c in contenders([0], [])] == ["tlm@0"]  # no random@0
+
+
+def test_rows_report_and_targets_from_databases(tmp_path):
+    a, b = fake_task("fused_matmul", "matmul"), fake_task("softmax", "softmax")
+    picked = [("bert_base", a), ("gpt2", b)]
+    write_tasks(tmp_path / "tasks.json", picked)
+    assert read_tasks(tmp_path / "tasks.json", {"x": [b, a]}) == [("bert_base", a), ("gpt2", b)]
+    root = tmp_path / "dbs"
+    lat = {  # us per task: a, b (None: no correct program)
+        "tlm@0": ([300], [40]), "tlm@1": ([200], [30]), "tlm@10": ([100, 90], [20]),
+        "random": ([400, 300, 250], [50, None, 45]), "metaschedule": ([500, 120, 110], [60, 25, 24])}
+    for name, per in lat.items():
+        proposer = name.split("@")[0]
+        with open_db(str(root / name)) as db:
+            for t, xs in zip((a, b), per):
+                for x in xs:
+                    db.add_record(t, "key", [], [] if x is None else [x * 1e-6], error=None if x else "wrong",
+                                  proposer=proposer)
+    rows = heldout_rows(picked, str(root), "key", [0, 1, 10], [1, 2, 3])
+    by = {(r["task"], r["method"], r["k"]): r["best_us"] for r in rows}
+    assert by[("fused_matmul", "tlm", 10)] == pytest.approx(90)
+    assert by[("fused_matmul", "random", 1)] == pytest.approx(400) and by[("softmax", "random", 10)] == pytest.approx(45)
+    assert by[("softmax", "metaschedule", 2)] == pytest.approx(25) and by[("fused_matmul", "metaschedule", 3)] == pytest.approx(110)
+    s, n = summed(rows, "tlm@10", "metaschedule@3")
+    assert n == 2 and s == pytest.approx((110 + 24) / (90 + 20))
+    csv_rows = [{k: "" if v is None else str(v) for k, v in r.items()} for r in rows]  # as read back from the CSV
+    text = "\n".join(report_lines(csv_rows))
+    assert "| TLM@10 |" in text and "MS@3" in text and "random@10" in text
+    assert "| TLM@10 vs random@10 | >= 1.3 | " in text
+    assert len([ln for ln in text.splitlines() if ln.startswith("| TLM@") and " vs " in ln]) == len(TARGETS)
+    assert report_lines([]) == ["(no held-out subgraph results yet)"]
+
+
+@pytest.mark.tvm
+def test_run_heldout_on_a_tiny_task(tmp_path, host, matmul32):
+    """Every contender tunes the task alone, for real (the shipped model, no cost model); a re-run resumes."""
+    from tlm.measure.measurer import MeasureConfig
+    from tlm.search.base import TuneConfig
+
+    cfg = TuneConfig(batch_size=4, cost_model="none", pick_samples=4,
+                     measure=MeasureConfig(repeat=2, min_repeat_ms=2, remeasure_top=1, builder_workers=1))
+    root, picked = str(tmp_path / "dbs"), [("toy", matmul32)]
+    run_heldout(picked, root, host, [0, 1, 2], [1, 3], config=cfg, log=lambda *_: None)
+    rows = heldout_rows(picked, root, host.key, [0, 1, 2], [1, 3])
+    assert {(r["method"], r["k"]) for r in rows} == {("tlm", 0), ("tlm", 1), ("tlm", 2), ("random", 1),
+                                                     ("random", 2), ("metaschedule", 1), ("metaschedule", 3)}
+    assert all(r["best_us"] and r["best_us"] > 0 for r in rows)  # every contender has a correct program
+    with open_db(f"{root}/tlm@0") as db:
+        assert db.count(matmul32.hash, host.key, "tlm") == 1  # the first choice, measured once
+    counts = {}
+    for name in ("tlm@0", "tlm@2", "random", "metaschedule"):
+        with open_db(f"{root}/{name}") as db:
+            counts[name] = db.count(matmul32.hash, host.key)
+    assert counts["tlm@2"] == 2 and counts["random"] == 2 and counts["metaschedule"] == 3
+    run_heldout(picked, root, host, [0, 1, 2], [1, 3], config=cfg, log=lambda *_: None)
+    for name, n in counts.items():
+        with open_db(f"{root}/{name}") as db:
+            assert db.count(matmul32.hash, host.key) == n  # resumed: nothing measured twice

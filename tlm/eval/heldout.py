@@ -1,0 +1,203 @@
+"""The held-out subgraph benchmark of `tlm eval` (issue 15, item 4).
+
+Tasks: of the evaluation workloads (the test split: none of their tasks is in any training or
+fine-tuning data, tlm.graph.extract.training_tasks), the largest task (weight x flops) of every
+kind, then the largest others, up to `heldout_tasks`; a task found in the corpus (a training
+task) is refused, and so is one whose space has fewer than the largest random k distinct
+programs (a reshape: nothing to search). The choice is written once to OUT/heldout/tasks.json
+and kept on resume.
+
+Contenders, each tuning every task alone, each in its own database (OUT/dbs/heldout/NAME):
+- TLM@0: what `tlm compile --budget 0` applies (the tuner's first choice, unmeasured by the
+  tuner), measured once here to know its latency;
+- TLM@k: `tlm tune --tuner tlm --budget kg` for each k, in its own database (what a user of that
+  budget gets; the first k of a larger run would not be);
+- random@k and MetaSchedule@k: the best of the first k records, in measurement order, of one
+  run at the largest k (`tlm tune --tuner random|metaschedule`).
+Every program is built, checked against the reference and timed by the same measurer.
+OUT/heldout.csv holds one row per (task, contender, k).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from tlm.eval.suites import contenders, planned_measurements  # noqa: F401 - the plan's part of this benchmark
+
+# The issue's targets: (row contender, column contender, minimum speedup = column total / row total).
+TARGETS = (("tlm@10", "metaschedule@64", 1.0), ("tlm@10", "metaschedule@256", 0.95),
+           ("tlm@1", "metaschedule@64", 0.8), ("tlm@10", "random@10", 1.3))
+
+
+def random_sentences(task, target, k: int, seed: int) -> list[str]:
+    """Up to k distinct random programs of the task's space (fewer when the space is smaller)."""
+    from tlm.space.sampling import sample_task, task_seed
+
+    return [r["sentence"] for r in sample_task(task, target, k, task_seed(seed, task.hash)).records]
+
+
+def select_heldout(tasks_by_workload: dict[str, list], n: int, target, min_programs: int, seed: int = 0,
+                   exclude: set[str] | frozenset = frozenset()) -> list[tuple[str, Any]]:
+    """Up to n (workload, task): per kind the largest (weight x flops), then the largest others;
+    a task in `exclude` (training tasks) or with fewer than `min_programs` programs is left out.
+    A task found in several workloads counts once (its first workload)."""
+    seen: dict[str, tuple[str, Any]] = {}
+    for w, tasks in tasks_by_workload.items():
+        for t in tasks:
+            if t.hash not in exclude:
+                seen.setdefault(t.hash, (w, t))
+    size = sorted(seen.values(), key=lambda wt: -wt[1].weight * wt[1].flops)
+    firsts: dict[str, tuple[str, Any]] = {}
+    for wt in size:
+        firsts.setdefault(wt[1].kind, wt)
+    picked: list[tuple[str, Any]] = []
+    for wt in list(firsts.values()) + [wt for wt in size if wt not in firsts.values()]:
+        if len(picked) >= n:
+            break
+        if min_programs <= 1 or len(random_sentences(wt[1], target, min_programs, seed)) >= min_programs:
+            picked.append(wt)
+    return picked
+
+
+def write_tasks(path: Path, picked: list[tuple[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps([{"workload": w, "hash": t.hash, "name": t.name, "kind": t.kind,
+                                "weight": t.weight, "flops": t.flops} for w, t in picked], indent=1))
+    os.replace(tmp, path)
+
+
+def read_tasks(path: Path, tasks_by_workload: dict[str, list]) -> list[tuple[str, Any]]:
+    """The chosen (workload, task) of an earlier run, looked up in today's tasks by hash."""
+    from tlm.errors import TlmError
+
+    by_hash = {t.hash: (w, t) for w, ts in tasks_by_workload.items() for t in ts}
+    rows = json.loads(path.read_text())
+    missing = [r["name"] for r in rows if r["hash"] not in by_hash]
+    if missing:
+        raise TlmError(f"{path}: {len(missing)} held-out tasks are no longer extracted (e.g. {missing[0]}); "
+                       "task definitions changed: use another --out")
+    return [(r["workload"], by_hash[r["hash"]][1]) for r in rows]
+
+
+def measure_first_choice(task, db, target, measure_config=None) -> None:
+    """TLM@0: measure the program `--budget 0` stored unmeasured (once; resumable)."""
+    from tlm.measure.database import GREEDY
+    from tlm.measure.measurer import Candidate, Measurer
+
+    if any(r.proposer != GREEDY for r in db.records(task.hash, target.key)):
+        return
+    rec = next(iter(db.greedy_records(task.hash, target.key)), None)
+    if rec is None or rec.trace_json is None:
+        return
+    measurer = Measurer(target, measure_config)
+    try:
+        db.add_results(measurer.measure([Candidate(task, trace=rec.trace_json, proposer="tlm",
+                                                   sentence=rec.sentence)]), target.key)
+    finally:
+        measurer.close()
+
+
+def run_heldout(picked: list[tuple[str, Any]], db_root: str, target, tlm_ks: list[int], ms_ks: list[int],
+                config=None, log=print) -> None:
+    """Tune every task alone with every contender (resumable: each tuner counts what its database
+    holds). `config`: the TuneConfig every tuner starts from (default: a user's defaults, seed 0)."""
+    from dataclasses import replace
+
+    from tlm.measure.database import open_db
+    from tlm.search.base import TuneConfig
+    from tlm.search.tune import tune
+
+    config = config or TuneConfig()
+    for name, tuner, ks in contenders(tlm_ks, ms_ks):
+        db = os.path.join(db_root, name)
+        for i, (w, t) in enumerate(picked):
+            log(f"[heldout] {name}: task {i + 1}/{len(picked)} {t.name} ({w})")
+            tune([t], tuner, f"{max(ks)}g" if max(ks) else "0", db, target=target,
+                 config=replace(config, measure=replace(config.measure)), progress=False)
+            if tuner == "tlm" and ks == [0]:
+                with open_db(db) as d:
+                    measure_first_choice(t, d, target, config.measure)
+
+
+def heldout_rows(picked: list[tuple[str, Any]], db_root: str, target_key: str, tlm_ks: list[int],
+                 ms_ks: list[int]) -> list[dict[str, Any]]:
+    """One row per (task, contender, k) with the best correct latency (us; None: no program)."""
+    from tlm.eval.tables import best_after_k
+    from tlm.measure.database import open_db
+
+    rows = []
+    for name, tuner, ks in contenders(tlm_ks, ms_ks):
+        path = os.path.join(db_root, name)
+        db = open_db(path, create=False) if os.path.isfile(os.path.join(path, "records.sqlite")) else None
+        for w, t in picked:
+            if db is None:
+                got: dict[int, float | None] = {k: None for k in ks}
+            elif tuner == "tlm":
+                b = db.best(t.hash, target_key)
+                got = {ks[0]: b.median_s if b else None}
+            else:
+                got = best_after_k(db, t.hash, target_key, tuner, ks)
+            for k, v in got.items():
+                rows.append({"task": t.name, "hash": t.hash, "workload": w, "kind": t.kind, "weight": t.weight,
+                             "flops": t.flops, "method": tuner, "k": k, "best_us": None if v is None else v * 1e6})
+        if db is not None:
+            db.close()
+    return rows
+
+
+def summed(rows: list[dict[str, Any]], a: str, b: str) -> tuple[float | None, int]:
+    """Speedup of contender a over b ("tlm@10", "metaschedule@64"): b's summed best latency over
+    a's, over the tasks where both have a correct program; and that task count."""
+    from tlm.eval.tables import num
+
+    by = {(r["hash"], f"{r['method']}@{r['k']}"): num(r["best_us"]) for r in rows}
+    tasks = [h for h in dict.fromkeys(r["hash"] for r in rows) if by.get((h, a)) and by.get((h, b))]
+    sa = sum(by[(h, a)] for h in tasks)
+    return (sum(by[(h, b)] for h in tasks) / sa if sa else None), len(tasks)
+
+
+def report_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The held-out section of summary.md: per-task latencies, the speedup matrix and the targets."""
+    from tlm.eval.tables import fmt, num
+
+    if not rows:
+        return ["(no held-out subgraph results yet)"]
+    cols = list(dict.fromkeys(f"{r['method']}@{r['k']}" for r in rows))
+    by = {(r["hash"], f"{r['method']}@{r['k']}"): num(r["best_us"]) for r in rows}
+    tasks = list(dict.fromkeys((r["hash"], r["task"], r["workload"], r["kind"]) for r in rows))
+    short = {c: c.replace("metaschedule", "MS").replace("tlm", "TLM") for c in cols}
+
+    def table(header, body):
+        return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
+            "| " + " | ".join(str(c) for c in r) + " |" for r in body]
+
+    out = [f"{len(tasks)} held-out tasks (of the test workloads; none in any training data), each tuned alone "
+           "by every contender. Best latency (us) after k measurements; TLM@0 is the program "
+           "`--budget 0` compiles, measured once.", ""]
+    out += table(["task", "workload", "kind"] + [short[c] for c in cols],
+                 [[name[:44], w, kind] + [fmt(by.get((h, c)), 1) for c in cols] for h, name, w, kind in tasks])
+    tlm_cols = [c for c in cols if c.startswith("tlm@")]
+    other = [c for c in cols if not c.startswith("tlm@")]
+    out += ["", "Speedup of the row over the column: the column's summed best latency over the row's, over the "
+            "tasks where both have a program (tasks in brackets); above 1, TLM is faster.", ""]
+    body = []
+    for a in tlm_cols:
+        cells = []
+        for b in other:
+            s, n = summed(rows, a, b)
+            cells.append(f"{fmt(s)} ({n})")
+        body.append([short[a]] + cells)
+    out += table(["row / column"] + [short[c] for c in other], body)
+    out += ["", "The issue's targets:", ""]
+    body = []
+    for a, b, goal in TARGETS:
+        s, n = summed(rows, a, b)
+        verdict = "-" if s is None else ("met" if s >= goal else "missed")
+        body.append([f"{short.get(a, a)} vs {short.get(b, b)}", f">= {goal:g}", fmt(s), n, verdict])
+    out += table(["contenders", "target", "speedup", "tasks", ""], body)
+    return out
+
