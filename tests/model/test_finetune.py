@@ -194,6 +194,7 @@ def test_demonstrations_of_every_cpu_in_a_database(base_dir, tasks, host, tmp_pa
     and the model then lists every one of them in its targets."""
     from tlm.graph.target import resolve_target
     from tlm.measure.database import open_db
+    from tlm.model.demos import every_target_demos
     from tlm.model.finetune import db_demos, finetune
     from tlm.model.lm import load_model
     from tlm.space.design import plain_json, random_program
@@ -211,6 +212,10 @@ def test_demonstrations_of_every_cpu_in_a_database(base_dir, tasks, host, tmp_pa
     assert {t.key for t in targets} == {host.key, other.key} and len(demos) == 2
     assert {tuple(d.sentence.split()[: d.prompt_len]) for d in demos} == {
         tuple(prompt_tokens(mm, t)) for t in (host, other)}
+    with open_db(str(tmp_path / "db")) as db:  # the loop's `demo_targets="all"` (tlm collect's default)
+        mine, counts = every_target_demos(db, [mm], host, 1)
+        assert counts == {host.key: 1, other.key: 1} and {d.sentence for d in mine} == {d.sentence for d in demos}
+        assert mine[0].sentence.split()[: mine[0].prompt_len] == prompt_tokens(mm, host)  # its own first
     only_targets, only = db_demos(str(tmp_path / "db"), [json.dumps(other.config)], 1)
     assert [t.key for t in only_targets] == [other.key]
     assert len(only) == 1

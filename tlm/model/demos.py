@@ -122,6 +122,27 @@ def demo_records(db, tasks, target, per_task: int = 1) -> list[Demo]:
     return out
 
 
+def every_target_demos(db, tasks, target, per_task: int = 1) -> tuple[list[Demo], dict[str, int]]:
+    """Demonstrations of `tasks` on `target` and on every other target of the same kind in the
+    database (each prompt names its own CPU); and how many came from each target key."""
+    info = resolve_target(target)
+    keys = [r[0] for r in db.query("SELECT DISTINCT target_key FROM records ORDER BY target_key")]
+    out, counts = demo_records(db, tasks, info, per_task), {}
+    counts[info.key] = len(out)
+    for key in keys:
+        if key == info.key:
+            continue
+        try:
+            other = resolve_target(json.loads(key))
+        except Exception:  # noqa: BLE001 - a target this TVM cannot build: not a demonstration source
+            continue
+        if other.kind == info.kind:
+            got = demo_records(db, tasks, other, per_task)
+            out += got
+            counts[other.key] = len(got)
+    return out, counts
+
+
 def demonstrations(db, tasks, target_key, per_task: int = 1) -> list[tuple[Any, str]]:
     """(task, sentence) of the `per_task` best measured programs of each task (see demo_records)."""
     by_hash = {t.hash: t for t in tasks}

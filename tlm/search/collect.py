@@ -3,7 +3,9 @@
     tlm collect [--corpus data/corpus] [--work DIR] [--base MODEL] [--hours H] [--flush-minutes M] [loop options]
 
 The iterative loop (tlm.search.loop: generate with the newest model, measure, fine-tune TLM-base
-on the best programs) over the training tasks, with every record also written to the corpus as
+on the best programs: by default the best of every CPU in the corpus, each prompt naming its CPU,
+so a new CPU's rounds also learn from the others; `--demo-targets self`: this one's only) over the
+training tasks, with every record also written to the corpus as
 append-only, compressed, immutable shards (tlm.measure.shards): at most --flush-minutes after it
 was measured, at the end of the run, and when the run is stopped (Ctrl-C, SIGTERM, --hours).
 After kill -9, the next start flushes what the work database holds and the corpus lacks.
@@ -242,6 +244,7 @@ def _cmd_collect(args: argparse.Namespace) -> int:
                       kp=args.kp, rounds=args.rounds, max_tasks=args.max_tasks, seed=args.seed, target=args.target,
                       pipeline=args.pipeline, ft_threads=args.ft_threads, schedule=args.schedule,
                       cost_model=args.cost_model, cm_pool=args.cm_pool, cm_explore=args.cm_explore,
+                      demo_targets=args.demo_targets,
                       measure=measure_config_from_args(args))
     if args.hours < 0 or args.flush_minutes <= 0:
         raise TlmError("--hours must be >= 0 and --flush-minutes > 0")
@@ -305,6 +308,9 @@ def register_cli(sub) -> None:
     p.add_argument("--cm-pool", type=int, default=4, help="with a cost model: samples per measured program")
     p.add_argument("--cm-explore", type=int, default=2,
                    help="with a cost model: programs per task and round measured unranked (plain samples)")
+    p.add_argument("--demo-targets", default="all", choices=["all", "self"],
+                   help="fine-tune on the demonstrations of every CPU in the corpus (default; each prompt "
+                        "names its CPU) or of this hardware only")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ft-threads", type=int, default=0, help="0: 1 with --pipeline, else every core")
     p.add_argument("--pipeline", action="store_true",

@@ -62,6 +62,7 @@ class LoopConfig:
     ft_loss: str = "sentence"  # bench/results/sft_loss.md
     ft_threads: int = 1
     per_task_demos: int = 1
+    demo_targets: str = "self"  # "all": also every other CPU's demonstrations in the database
     # Which tasks a round measures: "cycle" (batch r mod k_b, the paper's) or "gain" (a first
     # cycle over every batch, then the tasks where the total latency is expected to gain most).
     schedule: str = "cycle"
@@ -157,10 +158,14 @@ class _Loop:
 
     # ------------------------------------------------------------ fine-tuning process
     def _launch_finetune(self, r: int) -> None:
-        from tlm.model.demos import demo_records, write_demos
+        from tlm.model.demos import demo_records, every_target_demos, write_demos
 
         self._wait_finetune()
-        demos = demo_records(self.db, self.tasks, self.target, self.config.per_task_demos)
+        if self.config.demo_targets == "all":
+            demos, by_target = every_target_demos(self.db, self.tasks, self.target, self.config.per_task_demos)
+            demos = demos if by_target.get(self.target.key) else []  # none of its own yet: nothing to learn
+        else:
+            demos = demo_records(self.db, self.tasks, self.target, self.config.per_task_demos)
         if not demos:
             self.state["finetune"] = {"round": r, "status": "skipped", "demonstrations": 0}
             self.wd.save()
