@@ -64,6 +64,34 @@ def test_rows_report_and_targets_from_databases(tmp_path):
     assert len([ln for ln in text.splitlines() if ln.startswith("| TLM@") and " vs " in ln]) == len(TARGETS)
     assert report_lines([]) == ["(no held-out subgraph results yet)"]
 
+    # Kept in git as shards: a fresh clone (no databases) gets the same rows back.
+    import shutil
+
+    from tlm.eval.heldout import persisted
+
+    shards = tmp_path / "records"
+    with persisted(str(root), shards, [0, 1, 10], [1, 2, 3]):
+        pass
+    assert sorted(p.name for p in shards.iterdir()) == sorted(lat)
+    shutil.rmtree(root)
+    with persisted(str(root), shards, [0, 1, 10], [1, 2, 3]):
+        assert heldout_rows(picked, str(root), "key", [0, 1, 10], [1, 2, 3]) == rows
+    assert len(list(shards.rglob("*.jsonl.xz"))) == len(lat)  # nothing new: no new shard
+
+
+def test_a_run_extends_to_larger_ks_but_never_changes_its_own(tmp_path):
+    from tlm.errors import TlmError
+    from tlm.eval.suites import EvalConfig
+
+    def cfg(**kw):
+        return EvalConfig.for_suite("heldout", str(tmp_path), hardware="hw", **kw)
+
+    cfg(heldout_tlm_ks=[0, 1, 10], heldout_ms_ks=[1, 10, 64]).save()
+    cfg(heldout_tlm_ks=[0, 1, 10, 32], heldout_ms_ks=[1, 10, 64, 256]).save()  # extended
+    for bad in (dict(heldout_tlm_ks=[0, 1]), dict(heldout_ms_ks=[1, 10, 64, 256], heldout_tasks=10)):
+        with pytest.raises(TlmError, match="other budgets"):
+            cfg(**{"heldout_tlm_ks": [0, 1, 10, 32], "heldout_ms_ks": [1, 10, 64, 256], **bad}).save()
+
 
 @pytest.mark.tvm
 def test_run_heldout_on_a_tiny_task(tmp_path, host, matmul32):

@@ -15,13 +15,17 @@ Contenders, each tuning every task alone, each in its own database (OUT/dbs/held
 - random@k and MetaSchedule@k: the best of the first k records, in measurement order, of one
   run at the largest k (`tlm tune --tuner random|metaschedule`).
 Every program is built, checked against the reference and timed by the same measurer.
-OUT/heldout.csv holds one row per (task, contender, k).
+OUT/heldout.csv holds one row per (task, contender, k). The records are kept in git as shards
+(OUT/heldout/records, `persisted`): a run resumes from a fresh clone on the same hardware, and
+larger ks extend a finished run (TLM@k: a new database; random and MetaSchedule continue theirs,
+so their first k records stay the same).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +103,29 @@ def measure_first_choice(task, db, target, measure_config=None) -> None:
                                                    sentence=rec.sentence)]), target.key)
     finally:
         measurer.close()
+
+
+@contextmanager
+def persisted(db_root: str, shards: Path, tlm_ks: list[int], ms_ks: list[int]):
+    """The contenders' databases, kept in git as append-only record shards (SHARDS/NAME/, the
+    corpus' format, tlm.measure.shards): each database first takes in the shards it lacks (a
+    fresh clone resumes the run), and writes its new records as new shards at the end, also when
+    interrupted."""
+    from tlm.measure.database import open_db
+    from tlm.measure.shards import flush, ingest
+
+    names = [name for name, _, _ in contenders(tlm_ks, ms_ks)]
+    for name in names:
+        if (shards / name).is_dir():
+            with open_db(os.path.join(db_root, name)) as db:
+                ingest(db, shards / name)
+    try:
+        yield
+    finally:
+        for name in names:
+            if os.path.isfile(os.path.join(db_root, name, "records.sqlite")):
+                with open_db(os.path.join(db_root, name)) as db:
+                    flush(db, shards / name)
 
 
 def run_heldout(picked: list[tuple[str, Any]], db_root: str, target, tlm_ks: list[int], ms_ks: list[int],

@@ -82,15 +82,16 @@ class Runner:
         return picked
 
     def _heldout(self, st: Step) -> None:
-        from tlm.eval.heldout import run_heldout
+        from tlm.eval.heldout import persisted, run_heldout
 
         cfg, root = self.cfg, os.path.join(self.cfg.out, "dbs", "heldout")
 
         def run():
             from tlm.search.base import TuneConfig
 
-            run_heldout(self.heldout(choose=True), root, self.target, cfg.heldout_tlm_ks, cfg.heldout_ms_ks,
-                        TuneConfig(seed=cfg.seed))
+            with persisted(root, Path(cfg.out) / "heldout" / "records", cfg.heldout_tlm_ks, cfg.heldout_ms_ks):
+                run_heldout(self.heldout(choose=True), root, self.target, cfg.heldout_tlm_ks, cfg.heldout_ms_ks,
+                            TuneConfig(seed=cfg.seed))
         self._logged(st, run, None, None)
 
     def _logged(self, st: Step, fn, db: str | None, proposer: str | None) -> None:
@@ -104,7 +105,7 @@ class Runner:
             with open_db(db) as d:
                 return d.count(None, self.target.key, proposer)
 
-        path = Path(log_path(self.cfg, st.id))
+        path = Path(next((p for p in st.outputs if p.endswith(".json")), log_path(self.cfg, st.id)))
         partial = path.with_suffix(".partial")
         path.parent.mkdir(parents=True, exist_ok=True)
         before_s = json.loads(partial.read_text())["wall_s"] if partial.exists() else 0.0

@@ -71,12 +71,14 @@ class EvalConfig:
     def save(self) -> None:
         """Write OUT/config.json; a resumed run must keep the budgets and seed (else a new --out)."""
         path = Path(self.out) / "config.json"
-        keys = ("ms_budget", "tlm_budgets", "subgraph_ks", "seed", "heldout_tlm_ks", "heldout_ms_ks")
+        keys = ("ms_budget", "tlm_budgets", "subgraph_ks", "seed", "heldout_tasks", "heldout_tlm_ks", "heldout_ms_ks")
         old = json.loads(path.read_text()) if path.is_file() else asdict(self)
         if old.get("hardware") != self.hardware:  # timings of two machines never share a table
             raise TlmError(f"{path} holds a run on {old.get('hardware') or 'an unrecorded machine'}, not on this "
                            f"{self.hardware}; use another --out")
-        if any(old.get(k, asdict(self)[k]) != asdict(self)[k] for k in keys):
+        grown = ("heldout_tlm_ks", "heldout_ms_ks")  # more ks extend a run: the first k records stay the same
+        if any(not set(old.get(k, [])) <= set(asdict(self)[k]) for k in grown) or any(
+                old.get(k, asdict(self)[k]) != asdict(self)[k] for k in keys if k not in grown):
             raise TlmError(f"{path} holds other budgets ({ {k: old.get(k) for k in keys} }); use another --out")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(asdict(self), indent=1))
@@ -141,7 +143,8 @@ def build_plan(cfg: EvalConfig, task_counts: dict[str, int] | None = None,
                           budget=f"{max(cfg.subgraph_ks)}g",
                           measurements=None if num_types is None else num_types * max(cfg.subgraph_ks)))
     if cfg.heldout_tasks:
-        steps.append(Step("heldout", "heldout", [log_path(cfg, "heldout")], measurements=planned_measurements(
+        ks = "-".join(map(str, cfg.heldout_tlm_ks)) + "_ms-" + "-".join(map(str, cfg.heldout_ms_ks))
+        steps.append(Step("heldout", "heldout", [log_path(cfg, f"heldout_{ks}")], measurements=planned_measurements(
             cfg.heldout_tasks, cfg.heldout_tlm_ks, cfg.heldout_ms_ks)))
     steps.append(Step("generator", "generator", [os.path.join(out, "generator.csv")], measurements=0))
     return steps
