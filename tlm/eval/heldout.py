@@ -143,6 +143,10 @@ def run_heldout(picked: list[tuple[str, Any]], db_root: str, target, tlm_ks: lis
         db = os.path.join(db_root, name)
         for i, (w, t) in enumerate(picked):
             log(f"[heldout] {name}: task {i + 1}/{len(picked)} {t.name} ({w})")
+            if tuner == "tlm" and ks == [0] and os.path.isdir(db):
+                with open_db(db) as d:
+                    if d.count(t.hash, target.key, "tlm"):
+                        continue  # its first choice is measured: done (a resumed --budget 0 would generate again)
             tune([t], tuner, f"{max(ks)}g" if max(ks) else "0", db, target=target,
                  config=replace(config, measure=replace(config.measure)), progress=False)
             if tuner == "tlm" and ks == [0]:
