@@ -60,7 +60,7 @@ def test_rows_report_and_targets_from_databases(tmp_path):
     csv_rows = [{k: "" if v is None else str(v) for k, v in r.items()} for r in rows]  # as read back from the CSV
     text = "\n".join(report_lines(csv_rows))
     assert "| TLM@10 |" in text and "MS@3" in text and "random@10" in text
-    assert "| TLM@10 vs random@10 | >= 1.3 | " in text
+    assert "| TLM@10 vs random@10 | >= 1.3 | " in text and "per-task geomean" in text
     assert len([ln for ln in text.splitlines() if ln.startswith("| TLM@") and " vs " in ln]) == len(TARGETS)
     assert report_lines([]) == ["(no held-out subgraph results yet)"]
 

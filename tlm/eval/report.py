@@ -97,10 +97,14 @@ def write_report(out_dir: str) -> str:
     lines = [f"# tlm evaluation ({cfg.get('suite', '?')} suite)", ""]
     if cfg.get("hardware"):
         lines += [f"Hardware: `{cfg['hardware']}` (every figure below was measured on it).", ""]
-    if cfg:
+    if cfg and cfg.get("e2e", True):
         lines += [f"Workloads: {', '.join(cfg.get('workloads', []))}. MetaSchedule budget {cfg.get('ms_budget')}; "
                   f"TLM budgets {', '.join(map(str, cfg.get('tlm_budgets', [])))}; end-to-end: median of "
                   f"{cfg.get('rounds')} interleaved rounds.", ""]
+    elif cfg:
+        lines += [f"Held-out subgraph benchmark only: {cfg.get('heldout_tasks')} tasks of "
+                  f"{', '.join(cfg.get('workloads', []))}; TLM@{cfg.get('heldout_tlm_ks')}, random at the same k > 0, "
+                  f"MetaSchedule@{cfg.get('heldout_ms_ks')}.", ""]
     if peak:
         lines += [f"Machine FP32 peak (torch.mm {peak['n']}^3, {peak['threads']} threads): "
                   f"{peak['gflops']:.1f} GFLOPS ({peak.get('cpu', '')}).", ""]
@@ -198,6 +202,14 @@ def write_report(out_dir: str) -> str:
     else:
         lines += ["(no generator results yet)"]
 
+    if not cfg.get("e2e", True):  # the held-out benchmark alone: no end-to-end sections
+        keep, drop = [], False
+        for ln in lines:
+            if ln.startswith("## "):
+                drop = ln.startswith(("## 1. ", "## 2. ", "## 3. ", "## 4. "))
+            if not drop:
+                keep.append(ln)
+        lines = keep
     from tlm.eval.plots import plot_e2e, plot_efficiency, plot_subgraph
 
     figs = plot_e2e(out, e2e) + plot_subgraph(out, sub) + plot_efficiency(out, eff)

@@ -92,18 +92,24 @@ class Runner:
             with persisted(root, Path(cfg.out) / "heldout" / "records", cfg.heldout_tlm_ks, cfg.heldout_ms_ks):
                 run_heldout(self.heldout(choose=True), root, self.target, cfg.heldout_tlm_ks, cfg.heldout_ms_ks,
                             TuneConfig(seed=cfg.seed))
-        self._logged(st, run, None, None)
+        from tlm.eval.suites import contenders
+
+        dbs = [os.path.join(root, name) for name, _, _ in contenders(cfg.heldout_tlm_ks, cfg.heldout_ms_ks)]
+        self._logged(st, run, dbs, None)
 
     def _logged(self, st: Step, fn, db: str | None, proposer: str | None) -> None:
         """Run fn, then write the step's JSON log (measurements added, wall seconds; the time of
         an interrupted earlier attempt is carried over in LOG.partial)."""
-        from tlm.measure.database import open_db
+        from tlm.measure.database import GREEDY, open_db
 
-        def count():
-            if not db or not os.path.isdir(db):
-                return 0
-            with open_db(db) as d:
-                return d.count(None, self.target.key, proposer)
+        def count():  # db may be a list of databases (the held-out benchmark's contenders)
+            total = 0
+            for one in (db if isinstance(db, list) else [db]):
+                if one and os.path.isfile(os.path.join(one, "records.sqlite")):
+                    with open_db(one) as d:  # unmeasured first choices (--budget 0) are no measurement
+                        total += d.count(None, self.target.key, proposer) - (
+                            d.count(None, self.target.key, GREEDY) if proposer is None else 0)
+            return total
 
         path = Path(next((p for p in st.outputs if p.endswith(".json")), log_path(self.cfg, st.id)))
         partial = path.with_suffix(".partial")
