@@ -38,11 +38,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="default: shipped=the shipped cost model for this target")
     p.add_argument("--pools", type=int, nargs="+", default=[8, 32, 128])
     p.add_argument("--tasks", type=int, default=20)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
+                   help="sampling seeds: every (task, seed) is one first choice per contender")
     p.add_argument("--work", default=None, help="default work/first-choice-HARDWARE")
     p.add_argument("--out", default=str(ROOT / "bench" / "results"))
     p.add_argument("--name", default="first_choice")
     args = p.parse_args(argv)
+
+    from types import SimpleNamespace
 
     from bench.learning import Bench, _geomean
     from tlm.eval.heldout import read_tasks
@@ -79,27 +82,35 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work or ROOT / "work" / f"first-choice-{hw}")
     bench = Bench(work, target, MeasureConfig())
     n_max, t0, per_task = max(args.pools), time.time(), []
+    cache_path = work / f"samples-{model.name}-{n_max}.json"  # generation is the slow part: kept per (task, seed)
+    cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
     try:
-        for i, (w, task) in enumerate(picked):
-            samples = gen.generate(task, n_max, seed=args.seed)
-            space = task_space(task, target)
-            schs, ok = [], []
-            for g in samples:
-                try:
-                    schs.append(parse(g.sentence, task, target, space=space).sch)
-                    ok.append(g)
-                except Exception:  # noqa: BLE001 - an unparsable sample is never picked
-                    continue
-            picks = {"logprob@32": max(ok[:32], key=lambda g: g.logprob).sentence} if ok else {}
-            for label, cm in cms.items():
-                for n in args.pools:
-                    if ok[:n]:
-                        picks[f"{label}@{n}"] = ok[:n][cm.rank(task, schs[:n], target)[0]].sentence
-            lat = bench.latencies(task, list(picks.values()))
-            best = {c: lat[s] for c, s in picks.items()}
-            per_task.append({"task": task.name, "hash": task.hash, "workload": w, "kind": task.kind,
-                             "samples": len(ok), "best": best, "ms64": ms64.get(task.hash)})
-            print(f"[{i + 1}/{len(picked)}] {task.name}: " + ", ".join(f"{c} {v * 1e6:.0f}" for c, v in best.items()))
+        for seed in args.seeds:
+            for i, (w, task) in enumerate(picked):
+                key = f"{task.hash}/{seed}"
+                if key not in cache:
+                    cache[key] = [{"sentence": g.sentence, "logprob": g.logprob}
+                                  for g in gen.generate(task, n_max, seed=seed)]
+                    cache_path.write_text(json.dumps(cache))
+                samples = [SimpleNamespace(**g) for g in cache[key]]
+                space = task_space(task, target)
+                schs, ok = [], []
+                for g in samples:
+                    try:
+                        schs.append(parse(g.sentence, task, target, space=space).sch)
+                        ok.append(g)
+                    except Exception:  # noqa: BLE001 - an unparsable sample is never picked
+                        continue
+                picks = {"logprob@32": max(ok[:32], key=lambda g: g.logprob).sentence} if ok else {}
+                for label, cm in cms.items():
+                    for n in args.pools:
+                        if ok[:n]:
+                            picks[f"{label}@{n}"] = ok[:n][cm.rank(task, schs[:n], target)[0]].sentence
+                lat = bench.latencies(task, list(picks.values()))
+                best = {c: lat[s] for c, s in picks.items()}
+                per_task.append({"task": task.name, "hash": task.hash, "workload": w, "kind": task.kind, "seed": seed,
+                                 "samples": len(ok), "best": best, "ms64": ms64.get(task.hash)})
+                print(f"[seed {seed}, {i + 1}/{len(picked)}] {task.name}: " + ", ".join(f"{c} {v * 1e6:.0f}" for c, v in best.items()))
     finally:
         bench.close()
 
@@ -116,13 +127,15 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.name}.json").write_text(json.dumps(res, indent=1, default=str))
-    cmd = (f"`.venv/bin/python bench/first_choice.py --pools {' '.join(map(str, args.pools))}"
+    cmd = (f"`.venv/bin/python bench/first_choice.py --pools {' '.join(map(str, args.pools))} "
+           f"--seeds {' '.join(map(str, args.seeds))}"
            + (f" --cost-models {' '.join(args.cost_models)}" if args.cost_models else "") + f" --name {args.name}`")
     lines = [f"# TLM's first choice on held-out tasks ({hw})", "",
-             f"{len(per_task)} held-out tasks of `{run}`; generator `{model.name}`; {n_max} samples per task, one seed; "
+             f"{len(picked)} held-out tasks of `{run}` x seeds {args.seeds} = {len(per_task)} first choices per "
+             f"contender; generator `{model.name}`; {n_max} samples per task and seed; "
              f"each contender's pick measured once, a task's picks in one batch; {res['settings']['seconds']} s.", "",
              f"Command: {cmd}", "",
-             "`vs best pick`: geometric mean over tasks of the pick's latency over the best pick of any contender "
+             "`vs best pick`: geometric mean over (task, seed) of the pick's latency over the best pick of any contender "
              "(lower is better). `MS@64 / pick`: MetaSchedule@64's best latency (the eval run's) over the pick's, "
              "summed and per-task geomean (higher is better; the issue's TLM@1 target is >= 0.8 summed).", "",
              "| contender | vs best pick | MS@64 / pick, summed | MS@64 / pick, geomean | tasks |", "|---|---:|---:|---:|---:|"]
