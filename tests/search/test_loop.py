@@ -201,3 +201,36 @@ def test_a_cost_model_chooses_what_a_round_measures(base_dir, tasks, host, tmp_p
         assert cands[0].schedule not in order and [c.schedule for c in cands[1:]] == order[:2]
     state = json.loads((tmp_path / "work" / "state.json").read_text())
     assert state["rounds"][0]["cost_model"]["path"] == str(tmp_path / "cm")
+
+
+@pytest.mark.tvm
+def test_transfer_proposes_other_cpus_fastest_programs(base_dir, tasks, host, tmp_path, measurer):
+    """LoopConfig.transfer (tlm collect's default 1): of a task's k_p programs, one is the fastest
+    of another CPU in the database, said with this CPU's prompt, measured once."""
+    from tlm.graph.target import resolve_target
+    from tlm.measure.database import open_db
+    from tlm.space.design import plain_json, random_program
+    from tlm.space.language import prompt_tokens, render
+
+    other = resolve_target(dict(host.config, mcpu="znver3" if host.cpu != "znver3" else "icelake-server"))
+    work, want = tmp_path / "work", {}
+    with open_db(str(work / "db")) as db:
+        for t in tasks:
+            fast, slow = [p for p in (random_program(t, host, s) for s in range(20)) if p.ok][:2]
+            for prog, lat in ((slow, 2e-5), (fast, 1e-5)):
+                mine = render(prog, t, host)
+                theirs = " ".join(prompt_tokens(t, other) + mine.split()[len(prompt_tokens(t, host)):])
+                db.add_record(t, other.key, plain_json(prog.sch.trace.as_json()), [lat], proposer="tlm",
+                              sentence=theirs)
+            want[t.hash] = render(fast, t, host)
+    run_loop(_config(base_dir, work, kb=1, kp=2, rounds=1, pipeline=False, transfer=1), tasks, progress=False,
+             measurer=measurer)
+    with open_db(str(work / "db")) as db:
+        moved = db.records(target_key=host.key, proposer="transfer")
+        assert {r.task_hash: r.sentence for r in moved} == want  # the fastest, with this CPU's prompt
+        assert all(len(db.records(t.hash, host.key)) == 2 for t in tasks)  # k_p in all: 1 moved + 1 sampled
+    run_loop(_config(base_dir, work, kb=1, kp=2, rounds=2, pipeline=False, transfer=1), progress=False,
+             measurer=measurer)
+    with open_db(str(work / "db")) as db:  # next round: the next fastest, never the same one again
+        moved = db.records(target_key=host.key, proposer="transfer")
+        assert len(moved) == 4 and len({(r.task_hash, r.sentence) for r in moved}) == 4

@@ -7,7 +7,9 @@
 - tlm_tuner.py    the language model as the proposer (greedy program, samples, rounds by weight x latency)
 - tune.py         `tlm tune`: one entry for every tuner
 - loop.py         iterative optimization: generate, measure, fine-tune, in rounds
+- proposals.py    what a round measures for a task: other CPUs' fastest programs, samples, cost-model picks
 - loop_cli.py     `tlm loop`
 - loop_state.py   the loop's work directory, batches (cycle or gain schedule), stop rule and convergence log
 - collect.py      the data engine: the loop, ingesting and flushing the corpus shards (`tlm collect`, `make collect`)
+- corpus_curve.py the corpus' first-pass coverage and convergence curve per hardware (`tlm corpus --curve`)
 """

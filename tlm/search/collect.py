@@ -4,7 +4,8 @@
 
 The iterative loop (tlm.search.loop: generate with the newest model, measure, fine-tune TLM-base
 on the best programs: by default the best of every CPU in the corpus, each prompt naming its CPU,
-so a new CPU's rounds also learn from the others; `--demo-targets self`: this one's only) over the
+so a new CPU's rounds also learn from the others; `--demo-targets self`: this one's only; and of
+each task's programs one is the fastest of another CPU not yet measured here, `--transfer`) over the
 training tasks, with every record also written to the corpus as
 append-only, compressed, immutable shards (tlm.measure.shards): at most --flush-minutes after it
 was measured, at the end of the run, and when the run is stopped (Ctrl-C, SIGTERM, --hours).
@@ -244,7 +245,7 @@ def _cmd_collect(args: argparse.Namespace) -> int:
                       kp=args.kp, rounds=args.rounds, max_tasks=args.max_tasks, seed=args.seed, target=args.target,
                       pipeline=args.pipeline, ft_threads=args.ft_threads, schedule=args.schedule,
                       cost_model=args.cost_model, cm_pool=args.cm_pool, cm_explore=args.cm_explore,
-                      demo_targets=args.demo_targets,
+                      demo_targets=args.demo_targets, transfer=args.transfer,
                       measure=measure_config_from_args(args))
     if args.hours < 0 or args.flush_minutes <= 0:
         raise TlmError("--hours must be >= 0 and --flush-minutes > 0")
@@ -311,6 +312,9 @@ def register_cli(sub) -> None:
     p.add_argument("--demo-targets", default="all", choices=["all", "self"],
                    help="fine-tune on the demonstrations of every CPU in the corpus (default; each prompt "
                         "names its CPU) or of this hardware only")
+    p.add_argument("--transfer", type=int, default=1,
+                   help="of a task's programs per round, up to this many are the fastest of other CPUs in the "
+                        "corpus, said for this one (default 1; 0: none)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ft-threads", type=int, default=0, help="0: 1 with --pipeline, else every core")
     p.add_argument("--pipeline", action="store_true",

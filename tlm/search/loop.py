@@ -77,6 +77,7 @@ class LoopConfig:
     cost_model: str = "none"
     cm_pool: int = 4
     cm_explore: int = 2
+    transfer: int = 0  # of a task's k_p programs, up to this many are other CPUs' best (tlm.search.transfer)
     seed: int = 0
     target: Any = None  # None: host
     device: str = "cpu"
@@ -128,6 +129,7 @@ class _Loop:
         self._own_measurer = measurer is None
         self._gen: tuple[str, Any] | None = None
         self._cm, self._cm_loaded, self._cm_label = None, False, None
+        self._others: list | None = None  # other CPUs of the database (with LoopConfig.transfer)
         self.measured_now = 0
         # called with the database at every checkpoint: once the tasks are loaded, and after each
         # task's results are committed
@@ -233,32 +235,10 @@ class _Loop:
         return self._measurer
 
     def _candidates(self, gen, task, need: int, r: int, have: int) -> tuple[list, int]:
-        import zlib
+        from tlm.search.proposals import candidates
 
-        from tlm.measure.measurer import Candidate
-        from tlm.space.design import task_space
-        from tlm.space.language import parse
-
-        seed = zlib.crc32(f"{self.config.seed}/{r}/{task.hash}/{have}".encode())
-        cm = self._cost_model()
-        want = need * max(1, self.config.cm_pool) if cm is not None else need
-        progs = gen.generate(task, want, seen=self.db.sentences(task.hash, self.target.key), seed=seed,
-                             temperature=self.config.temperature, top_k=self.config.top_k)
-        cands, bad = [], 0
-        for g in progs:
-            sch = getattr(g, "schedule", None)
-            if sch is None:
-                try:
-                    sch = parse(g.sentence, task, self.target, space=task_space(task, self.target)).sch
-                except TlmError:
-                    bad += 1
-                    continue
-            cands.append(Candidate(task, schedule=sch, proposer="tlm", round=r, sentence=g.sentence))
-        if cm is not None:
-            keep = min(need, max(0, self.config.cm_explore))  # samples come in random order
-            rest = cands[keep:]
-            cands = cands[:keep] + [rest[i] for i in cm.rank(task, [c.schedule for c in rest], self.target)][:need - keep]
-        return cands, bad
+        return candidates(self.db, gen, task, self.target, self.config, self._cost_model(), self._others, need, r,
+                          have)
 
     def _cost_model(self):
         if not self._cm_loaded:
@@ -300,7 +280,12 @@ class _Loop:
         model = self._newest_model(r)
         gen = self._generator(model)
         kp = self.config.kp
-        todo = [(t, self.db.counts_by_round(t.hash, self.target.key, "tlm").get(r, 0)) for t in batch]
+        todo = [(t, sum(self.db.counts_by_round(t.hash, self.target.key, p).get(r, 0) for p in ("tlm", "transfer")))
+                for t in batch]
+        if self.config.transfer and self._others is None:
+            from tlm.search.proposals import other_targets
+
+            self._others = other_targets(self.db, self.target)
         start_wall = self.wd.wall()
         new = errors = gen_fail = 0
         gen_s = measure_s = 0.0
