@@ -87,12 +87,15 @@ def read_tasks(path: Path, tasks_by_workload: dict[str, list]) -> list[tuple[str
     return [(r["workload"], by_hash[r["hash"]][1]) for r in rows]
 
 
+def _first_choice_measured(db, task, target) -> bool:
+    return db.count(task.hash, target.key, "tlm") > 0
+
+
 def measure_first_choice(task, db, target, measure_config=None) -> None:
     """TLM@0: measure the program `--budget 0` stored unmeasured (once; resumable)."""
-    from tlm.measure.database import GREEDY
     from tlm.measure.measurer import Candidate, Measurer
 
-    if any(r.proposer != GREEDY for r in db.records(task.hash, target.key)):
+    if _first_choice_measured(db, task, target):
         return
     rec = next(iter(db.greedy_records(task.hash, target.key)), None)
     if rec is None or rec.trace_json is None:
@@ -145,8 +148,8 @@ def run_heldout(picked: list[tuple[str, Any]], db_root: str, target, tlm_ks: lis
             log(f"[heldout] {name}: task {i + 1}/{len(picked)} {t.name} ({w})")
             if tuner == "tlm" and ks == [0] and os.path.isdir(db):
                 with open_db(db) as d:
-                    if d.count(t.hash, target.key, "tlm"):
-                        continue  # its first choice is measured: done (a resumed --budget 0 would generate again)
+                    if _first_choice_measured(d, t, target):
+                        continue  # done (a resumed --budget 0 would generate it again)
             tune([t], tuner, f"{max(ks)}g" if max(ks) else "0", db, target=target,
                  config=replace(config, measure=replace(config.measure)), progress=False)
             if tuner == "tlm" and ks == [0]:
@@ -180,15 +183,21 @@ def heldout_rows(picked: list[tuple[str, Any]], db_root: str, target_key: str, t
     return rows
 
 
-def summed(rows: list[dict[str, Any]], a: str, b: str) -> tuple[float | None, int]:
-    """Speedup of contender a over b ("tlm@10", "metaschedule@64"): b's summed best latency over
-    a's, over the tasks where both have a correct program; and that task count."""
+def _pairs(rows: list[dict[str, Any]], a: str, b: str) -> list[tuple[float, float]]:
+    """(a's, b's) best latency of every task where both contenders ("tlm@10", "metaschedule@64")
+    have a correct program."""
     from tlm.eval.tables import num
 
     by = {(r["hash"], f"{r['method']}@{r['k']}"): num(r["best_us"]) for r in rows}
-    tasks = [h for h in dict.fromkeys(r["hash"] for r in rows) if by.get((h, a)) and by.get((h, b))]
-    sa = sum(by[(h, a)] for h in tasks)
-    return (sum(by[(h, b)] for h in tasks) / sa if sa else None), len(tasks)
+    return [(by[(h, a)], by[(h, b)]) for h in dict.fromkeys(r["hash"] for r in rows) if by.get((h, a)) and by.get((h, b))]
+
+
+def summed(rows: list[dict[str, Any]], a: str, b: str) -> tuple[float | None, int]:
+    """Speedup of contender a over b: b's summed best latency over a's, over the tasks where both
+    have a correct program; and that task count."""
+    pairs = _pairs(rows, a, b)
+    sa = sum(x for x, _ in pairs)
+    return (sum(y for _, y in pairs) / sa if sa else None), len(pairs)
 
 
 def per_task_geomean(rows: list[dict[str, Any]], a: str, b: str) -> tuple[float | None, int]:
@@ -196,16 +205,13 @@ def per_task_geomean(rows: list[dict[str, Any]], a: str, b: str) -> tuple[float 
     summed figure is ruled by the slowest tasks); and the task count."""
     import math
 
-    from tlm.eval.tables import num
-
-    by = {(r["hash"], f"{r['method']}@{r['k']}"): num(r["best_us"]) for r in rows}
-    ratios = [by[(h, b)] / by[(h, a)] for h in dict.fromkeys(r["hash"] for r in rows) if by.get((h, a)) and by.get((h, b))]
-    return (math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None), len(ratios)
+    pairs = _pairs(rows, a, b)
+    return (math.exp(sum(math.log(y / x) for x, y in pairs) / len(pairs)) if pairs else None), len(pairs)
 
 
 def report_lines(rows: list[dict[str, Any]]) -> list[str]:
     """The held-out section of summary.md: per-task latencies, the speedup matrix and the targets."""
-    from tlm.eval.tables import fmt, num
+    from tlm.eval.tables import fmt, num, table
 
     if not rows:
         return ["(no held-out subgraph results yet)"]
@@ -213,10 +219,6 @@ def report_lines(rows: list[dict[str, Any]]) -> list[str]:
     by = {(r["hash"], f"{r['method']}@{r['k']}"): num(r["best_us"]) for r in rows}
     tasks = list(dict.fromkeys((r["hash"], r["task"], r["workload"], r["kind"]) for r in rows))
     short = {c: _short(c) for c in cols}
-
-    def table(header, body):
-        return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
-            "| " + " | ".join(str(c) for c in r) + " |" for r in body]
 
     out = [f"{len(tasks)} held-out tasks (of the test workloads; none in any training data), each tuned alone "
            "by every contender. Best latency (us) after k measurements; TLM@0 is the program "

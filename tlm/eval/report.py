@@ -10,12 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tlm.eval.tables import fmt, num, read_csv
-
-
-def table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
-        "| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+from tlm.eval.tables import fmt, num, read_csv, table
 
 
 def subgraph_speedups(rows: list[dict[str, str]]) -> list[dict[str, object]]:
@@ -86,32 +81,9 @@ def headline(e2e: list[dict[str, str]], cost: list[dict[str, str]]) -> list[str]
                   f"TLM {tl_b}: ms (measurements, tuning)", "TLM speedup", "PyTorch ms", "ONNX Runtime ms"], body)
 
 
-def write_report(out_dir: str) -> str:
-    """Write OUT/summary.md and the PNGs; returns the summary's path."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    cfg = json.loads((out / "config.json").read_text()) if (out / "config.json").is_file() else {}
-    peak = json.loads((out / "peak.json").read_text()) if (out / "peak.json").is_file() else None
-    sub, e2e = read_csv(out / "subgraph.csv"), read_csv(out / "e2e.csv")
-    cost, eff, gen = read_csv(out / "cost.csv"), read_csv(out / "efficiency.csv"), read_csv(out / "generator.csv")
-    lines = [f"# tlm evaluation ({cfg.get('suite', '?')} suite)", ""]
-    if cfg.get("hardware"):
-        lines += [f"Hardware: `{cfg['hardware']}` (every figure below was measured on it).", ""]
-    if cfg and cfg.get("e2e", True):
-        lines += [f"Workloads: {', '.join(cfg.get('workloads', []))}. MetaSchedule budget {cfg.get('ms_budget')}; "
-                  f"TLM budgets {', '.join(map(str, cfg.get('tlm_budgets', [])))}; end-to-end: median of "
-                  f"{cfg.get('rounds')} interleaved rounds.", ""]
-    elif cfg:
-        lines += [f"Held-out subgraph benchmark only: {cfg.get('heldout_tasks')} tasks of "
-                  f"{', '.join(cfg.get('workloads', []))}; TLM@{cfg.get('heldout_tlm_ks')}, random at the same k > 0, "
-                  f"MetaSchedule@{cfg.get('heldout_ms_ks')}.", ""]
-    if peak:
-        lines += [f"Machine FP32 peak (torch.mm {peak['n']}^3, {peak['threads']} threads): "
-                  f"{peak['gflops']:.1f} GFLOPS ({peak.get('cpu', '')}).", ""]
-
-    if head := headline(e2e, cost):
-        lines += ["## Headline: end-to-end latency, measured in one interleaved run per workload", ""] + head + [""]
-    lines += ["## 1. Subgraph benchmark", ""]
+def _subgraph_section(sub: list[dict[str, str]]) -> list[str]:
+    """Section 1: the representative task of every type, tuned by TLM and MetaSchedule."""
+    lines = ["## 1. Subgraph benchmark", ""]
     if sub:
         ks = sorted({int(r["k"]) for r in sub if r["method"] == "tlm"})
         large = next((r["k"] for r in sub if r["method"] == "metaschedule-large"), "?")
@@ -138,13 +110,12 @@ def write_report(out_dir: str) -> str:
             lines += table(["row / column"] + header, [[name] + [fmt(v) for v in vals] for name, vals in body])
     else:
         lines += ["(no subgraph results yet)"]
+    return lines
 
-    if heldout := read_csv(out / "heldout.csv"):
-        from tlm.eval.heldout import report_lines
 
-        lines += ["", "## 1b. Held-out subgraph benchmark", ""] + report_lines(heldout)
-
-    lines += ["", "## 2. End-to-end latency (ms, measured)", ""]
+def _e2e_sections(e2e: list[dict[str, str]], cost: list[dict[str, str]], eff: list[dict[str, str]]) -> list[str]:
+    """Sections 2-4: end-to-end latency, compilation cost, efficiency of compute-bound tasks."""
+    lines = ["", "## 2. End-to-end latency (ms, measured)", ""]
     if e2e:
         methods = list(dict.fromkeys(r["method"] for r in e2e))
         by = {(r["workload"], r["method"]): r for r in e2e}
@@ -193,7 +164,43 @@ def write_report(out_dir: str) -> str:
         lines += table(["workload", "method", "tasks", "weighted GFLOPS", "best task GFLOPS", "of peak"], body)
     else:
         lines += ["(no efficiency results yet)"]
+    return lines
 
+
+def write_report(out_dir: str) -> str:
+    """Write OUT/summary.md and the PNGs; returns the summary's path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = json.loads((out / "config.json").read_text()) if (out / "config.json").is_file() else {}
+    peak = json.loads((out / "peak.json").read_text()) if (out / "peak.json").is_file() else None
+    sub, e2e = read_csv(out / "subgraph.csv"), read_csv(out / "e2e.csv")
+    cost, eff, gen = read_csv(out / "cost.csv"), read_csv(out / "efficiency.csv"), read_csv(out / "generator.csv")
+    lines = [f"# tlm evaluation ({cfg.get('suite', '?')} suite)", ""]
+    if cfg.get("hardware"):
+        lines += [f"Hardware: `{cfg['hardware']}` (every figure below was measured on it).", ""]
+    if cfg and cfg.get("e2e", True):
+        lines += [f"Workloads: {', '.join(cfg.get('workloads', []))}. MetaSchedule budget {cfg.get('ms_budget')}; "
+                  f"TLM budgets {', '.join(map(str, cfg.get('tlm_budgets', [])))}; end-to-end: median of "
+                  f"{cfg.get('rounds')} interleaved rounds.", ""]
+    elif cfg:
+        lines += [f"Held-out subgraph benchmark only: {cfg.get('heldout_tasks')} tasks of "
+                  f"{', '.join(cfg.get('workloads', []))}; TLM@{cfg.get('heldout_tlm_ks')}, random at the same k > 0, "
+                  f"MetaSchedule@{cfg.get('heldout_ms_ks')}.", ""]
+    if peak:
+        lines += [f"Machine FP32 peak (torch.mm {peak['n']}^3, {peak['threads']} threads): "
+                  f"{peak['gflops']:.1f} GFLOPS ({peak.get('cpu', '')}).", ""]
+
+    if head := headline(e2e, cost):
+        lines += ["## Headline: end-to-end latency, measured in one interleaved run per workload", ""] + head + [""]
+    full = cfg.get("e2e", True)  # the held-out benchmark alone has no end-to-end sections
+    if full:
+        lines += _subgraph_section(sub)
+    if heldout := read_csv(out / "heldout.csv"):
+        from tlm.eval.heldout import report_lines
+
+        lines += ([""] if full else []) + ["## 1b. Held-out subgraph benchmark", ""] + report_lines(heldout)
+    if full:
+        lines += _e2e_sections(e2e, cost, eff)
     lines += ["", "## 5. Generator cost", ""]
     if gen:
         lines += table(["task", "type", "mode", "valid", "model passes", "passes/program", "ms/program"],
@@ -202,14 +209,6 @@ def write_report(out_dir: str) -> str:
     else:
         lines += ["(no generator results yet)"]
 
-    if not cfg.get("e2e", True):  # the held-out benchmark alone: no end-to-end sections
-        keep, drop = [], False
-        for ln in lines:
-            if ln.startswith("## "):
-                drop = ln.startswith(("## 1. ", "## 2. ", "## 3. ", "## 4. "))
-            if not drop:
-                keep.append(ln)
-        lines = keep
     from tlm.eval.plots import plot_e2e, plot_efficiency, plot_subgraph
 
     figs = plot_e2e(out, e2e) + plot_subgraph(out, sub) + plot_efficiency(out, eff)

@@ -148,6 +148,12 @@ def num(v) -> float | None:
         return None
 
 
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A markdown table."""
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
+        "| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+
+
 def fmt(v, digits: int = 2) -> str:
     x = num(v)
     return "-" if x is None else f"{x:.{digits}f}"

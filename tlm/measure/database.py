@@ -193,6 +193,10 @@ class Database:
         return int(self._conn.execute(sql, args).fetchone()[0])
 
     # ------------------------------------------------------------------ aggregates (SQL, no record parsing)
+    def target_keys(self) -> list[str]:
+        """The target keys with records, sorted."""
+        return [r[0] for r in self._conn.execute("SELECT DISTINCT target_key FROM records ORDER BY target_key")]
+
     def counts_by_task(self, target_key: str, proposer: str | None = None) -> dict[str, int]:
         """Records per task hash for this target (optionally one proposer); tasks without any are absent."""
         sql, args = "SELECT task_hash, COUNT(*) FROM records WHERE target_key = ?", [target_key]

@@ -34,6 +34,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 from tlm.errors import TlmError
@@ -260,14 +261,20 @@ def ingest(db: Database, corpus: str | os.PathLike) -> IngestReport:
     return report
 
 
+def readable_shards(corpus: str | os.PathLike) -> Iterator[tuple[Path, list[dict[str, Any]], list[dict[str, Any]]]]:
+    """(path, tasks, records) of every readable shard under `corpus` (unreadable ones are skipped)."""
+    for path in shard_paths(corpus):
+        try:
+            _, tasks, records = read_shard(path)
+        except TlmError:
+            continue
+        yield path, tasks, records
+
+
 def corpus_summary(corpus: str | os.PathLike) -> dict[str, Any]:
     """Counts per hardware, from the shard headers and lines: shards, records, correct records, tasks."""
     out: dict[str, Any] = {}
-    for path in shard_paths(corpus):
-        try:
-            header, _, records = read_shard(path)
-        except TlmError:
-            continue
+    for path, _, records in readable_shards(corpus):
         hw = out.setdefault(path.parent.name, {"shards": 0, "records": 0, "ok": 0, "tasks": set()})
         hw["shards"] += 1
         hw["records"] += len(records)
@@ -278,13 +285,7 @@ def corpus_summary(corpus: str | os.PathLike) -> dict[str, Any]:
 
 def corpus_task_hashes(corpus: str | os.PathLike) -> set[str]:
     """Every task hash with a record in the corpus, any hardware (the tasks trained on)."""
-    out: set[str] = set()
-    for path in shard_paths(corpus):
-        try:
-            out |= {r["t"] for r in read_shard(path)[2]}
-        except TlmError:
-            continue
-    return out
+    return {r["t"] for _, _, records in readable_shards(corpus) for r in records}
 
 
 def require_corpus_dir(corpus: str) -> Path:

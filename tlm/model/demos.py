@@ -122,24 +122,31 @@ def demo_records(db, tasks, target, per_task: int = 1) -> list[Demo]:
     return out
 
 
-def every_target_demos(db, tasks, target, per_task: int = 1) -> tuple[list[Demo], dict[str, int]]:
-    """Demonstrations of `tasks` on `target` and on every other target of the same kind in the
-    database (each prompt names its own CPU); and how many came from each target key."""
-    info = resolve_target(target)
-    keys = [r[0] for r in db.query("SELECT DISTINCT target_key FROM records ORDER BY target_key")]
-    out, counts = demo_records(db, tasks, info, per_task), {}
-    counts[info.key] = len(out)
-    for key in keys:
+def other_targets(db, target) -> list:
+    """The other targets of the same kind with records in `db` (TargetInfo, by target key)."""
+    info, out = resolve_target(target), []
+    for key in db.target_keys():
         if key == info.key:
             continue
         try:
             other = resolve_target(json.loads(key))
-        except Exception:  # noqa: BLE001 - a target this TVM cannot build: not a demonstration source
+        except Exception:  # noqa: BLE001 - a target this TVM cannot make: no demonstration or transfer source
             continue
         if other.kind == info.kind:
-            got = demo_records(db, tasks, other, per_task)
-            out += got
-            counts[other.key] = len(got)
+            out.append(other)
+    return out
+
+
+def every_target_demos(db, tasks, target, per_task: int = 1) -> tuple[list[Demo], dict[str, int]]:
+    """Demonstrations of `tasks` on `target` and on every other target of the same kind in the
+    database (each prompt names its own CPU); and how many came from each target key."""
+    info = resolve_target(target)
+    out = demo_records(db, tasks, info, per_task)
+    counts = {info.key: len(out)}
+    for other in other_targets(db, info):
+        got = demo_records(db, tasks, other, per_task)
+        out += got
+        counts[other.key] = len(got)
     return out, counts
 
 

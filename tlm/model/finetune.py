@@ -283,8 +283,7 @@ def db_demos(db_dir: str, specs: list[str], per_task: int) -> tuple[list, list[D
 
     with open_db(db_dir, create=False) as db:
         if "all" in specs:
-            keys = [r[0] for r in db.query("SELECT DISTINCT target_key FROM records ORDER BY target_key")]
-            specs = [s for s in specs if s != "all"] + [json.loads(k) for k in keys]
+            specs = [s for s in specs if s != "all"] + [json.loads(k) for k in db.target_keys()]
         targets = list({t.key: t for t in map(resolve_target, specs)}.values())
         out: list[Demo] = []
         for target in targets:

@@ -39,15 +39,10 @@ class Curve:
 
 def corpus_records(corpus: str | os.PathLike) -> dict[str, tuple[dict[str, float], list[dict[str, Any]]]]:
     """Per hardware folder: (task weights by hash, records sorted by measurement time)."""
-    from tlm.errors import TlmError
-    from tlm.measure.shards import read_shard, shard_paths
+    from tlm.measure.shards import readable_shards
 
     out: dict[str, tuple[dict[str, float], list[dict[str, Any]]]] = {}
-    for path in shard_paths(corpus):
-        try:
-            _, tasks, records = read_shard(path)
-        except TlmError:
-            continue
+    for path, tasks, records in readable_shards(corpus):
         weights, recs = out.setdefault(path.parent.name, ({}, []))
         weights.update({t["hash"]: float(t.get("weight") or 1) for t in tasks})
         recs += records

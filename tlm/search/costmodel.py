@@ -329,8 +329,7 @@ def train_on_corpus(corpus: str | Path, out: str | Path, work: str | Path, kind:
     groups, targets, tasks_n = [], [], 0
     with open_db(str(Path(work) / "db")) as db:
         ingest(db, corpus)
-        keys = [r[0] for r in db.query("SELECT DISTINCT target_key FROM records ORDER BY target_key")]
-        for key in keys:
+        for key in db.target_keys():
             try:
                 target = resolve_target(json.loads(key))
             except (TlmError, ValueError):

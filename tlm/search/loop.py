@@ -77,7 +77,7 @@ class LoopConfig:
     cost_model: str = "none"
     cm_pool: int = 4
     cm_explore: int = 2
-    transfer: int = 0  # of a task's k_p programs, up to this many are other CPUs' best (tlm.search.transfer)
+    transfer: int = 0  # of a task's k_p programs, up to this many are other CPUs' best (tlm.search.proposals)
     seed: int = 0
     target: Any = None  # None: host
     device: str = "cpu"
@@ -283,7 +283,7 @@ class _Loop:
         todo = [(t, sum(self.db.counts_by_round(t.hash, self.target.key, p).get(r, 0) for p in ("tlm", "transfer")))
                 for t in batch]
         if self.config.transfer and self._others is None:
-            from tlm.search.proposals import other_targets
+            from tlm.model.demos import other_targets
 
             self._others = other_targets(self.db, self.target)
         start_wall = self.wd.wall()

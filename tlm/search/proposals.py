@@ -15,7 +15,6 @@ channel tile, for znver3 mostly 8-32 lanes, the tiles of that CPU's best program
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from tlm.errors import TlmError
@@ -56,23 +55,6 @@ def candidates(db, gen, task, target, config, cm, others: list | None, need: int
         ranked = [rest[i] for i in cm.rank(task, [c.schedule for c in rest], target)]
         cands = cands[:keep] + ranked[:len(moved) + need - keep]
     return cands, bad
-
-
-def other_targets(db, target) -> list:
-    """The other targets of the same kind with records in `db` (TargetInfo, by target key)."""
-    from tlm.graph.target import resolve_target
-
-    out = []
-    for (key,) in db.query("SELECT DISTINCT target_key FROM records ORDER BY target_key"):
-        if key == target.key:
-            continue
-        try:
-            other = resolve_target(json.loads(key))
-        except Exception:  # noqa: BLE001 - a target this TVM cannot make: nothing to transfer
-            continue
-        if other.kind == target.kind:
-            out.append(other)
-    return out
 
 
 def transferred(db, task, target, others: list, n: int, seen: set[str]) -> list[tuple[str, Any]]:
