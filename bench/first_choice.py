@@ -1,17 +1,22 @@
-"""TLM's first choice on held-out tasks: which cost model, among how many samples (issue 15)?
+"""TLM's first choice on held-out tasks: which generator and cost model, among how many samples (issue 15)?
 
     .venv/bin/python bench/first_choice.py [--heldout results/heldout-HARDWARE] [--pools 8 32 128]
-        [--cost-models shipped=pretrained/costmodel-llvm-x86_64 new=DIR] [--tasks 20]
+        [--models shipped=pretrained/tlm-ft-llvm-x86_64 new=DIR] [--top-k 10]
+        [--cost-models shipped=pretrained/costmodel-llvm-x86_64 new=DIR] [--tasks 20] [--generate-only]
 
 The first choice is what `tlm compile --budget 0` applies and what TLM@1 measures: the cost
 model's top pick of `pick_samples` (default 32) samples of the shipped fine-tuned model. Per
-held-out task of a `tlm eval` held-out run (its heldout/tasks.json; same hardware), the model
-generates max(--pools) distinct samples once (one seed); each contender (cost model, pool size
-n) picks its top 1 among the first n, and "logprob" the most likely of the first 32. A task's
-distinct picks are measured together, each once (WORK/db, resumable; held-out tasks, never in
+held-out task of a `tlm eval` held-out run (its heldout/tasks.json; same hardware), each
+generator (--models, default the shipped one) generates max(--pools) distinct samples once per
+seed (cached in WORK: `--generate-only` fills the cache and stops, so generation can run beside
+other work and the measuring alone); each contender (generator, cost model, pool size n) picks
+its top 1 among the first n, and "logprob" the most likely of the first 32. With --top-k K, the
+cost model's top K of the largest pool are measured too (contender `...top K`: the best of
+them, a stand-in for TLM@K without the tuner's rounds). A task's distinct picks of every
+contender are measured together, each once (WORK/eval-db, resumable; held-out tasks, never in
 the corpus). Scores: geometric mean over tasks of the pick's latency over the best pick of any
-contender, and the summed latency against the run's MetaSchedule@64 (its heldout.csv), the
-issue's TLM@1 target (>= 0.8).
+first-choice contender, and the summed latency against the run's MetaSchedule@64 (its
+heldout.csv), the issue's TLM@1 target (>= 0.8).
 
 Writes OUT/first_choice.json and OUT/first_choice.md (default OUT: bench/results).
 """
@@ -33,7 +38,10 @@ sys.path.insert(0, str(ROOT))
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--heldout", default=None, help="a tlm eval held-out run (default results/heldout-HARDWARE)")
-    p.add_argument("--model", default=None, help="the generator (default: the shipped model for this target)")
+    p.add_argument("--models", nargs="+", default=None, metavar="LABEL=DIR",
+                   help="the generators (default: shipped=the shipped model for this target)")
+    p.add_argument("--top-k", type=int, default=0, help="also measure each cost model's top K of the largest pool")
+    p.add_argument("--generate-only", action="store_true", help="fill the sample cache, measure nothing")
     p.add_argument("--cost-models", nargs="+", default=None, metavar="LABEL=DIR",
                    help="default: shipped=the shipped cost model for this target")
     p.add_argument("--pools", type=int, nargs="+", default=[8, 32, 128])
@@ -73,71 +81,98 @@ def main(argv: list[str] | None = None) -> int:
             if r["method"] == "metaschedule" and r["k"] == "64" and r["best_us"]:
                 ms64[r["hash"]] = float(r["best_us"]) * 1e-6
 
-    model = Path(args.model) if args.model else default_model_dir(target)
+    models = {}
+    for spec in args.models or [f"shipped={default_model_dir(target)}"]:
+        label, _, path = spec.partition("=")
+        models[label] = Path(path)
     cms = {}
     for spec in args.cost_models or ["shipped=auto"]:
         label, _, path = spec.partition("=")
         cms[label] = load_cost_model(path, target) if path == "auto" else CostModel.load(path)
-    gen = Generator.from_dir(model, target)
     work = Path(args.work or ROOT / "work" / f"first-choice-{hw}")
-    bench = Bench(work, target, MeasureConfig())
+    work.mkdir(parents=True, exist_ok=True)
     n_max, t0, per_task = max(args.pools), time.time(), []
-    cache_path = work / f"samples-{model.name}-{n_max}.json"  # generation is the slow part: kept per (task, seed)
-    cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
+
+    caches = {}  # generator label -> {"TASK/SEED": samples}; generation is the slow part
+    for label, model in models.items():
+        cache_path = work / f"samples-{model.name}-{n_max}.json"
+        cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
+        missing = [(w, t, seed) for seed in args.seeds for w, t in picked if f"{t.hash}/{seed}" not in cache]
+        gen = Generator.from_dir(model, target) if missing else None
+        for j, (w, task, seed) in enumerate(missing):
+            cache[f"{task.hash}/{seed}"] = [{"sentence": g.sentence, "logprob": g.logprob}
+                                            for g in gen.generate(task, n_max, seed=seed)]
+            cache_path.write_text(json.dumps(cache))
+            print(f"[generate {label} {j + 1}/{len(missing)}] {task.name} seed {seed}", flush=True)
+        caches[label] = cache
+    if args.generate_only:
+        return 0
+
+    def name(m: str, c: str, what: str) -> str:  # one generator: the labels of earlier runs
+        return (f"{m}:" if len(models) > 1 else "") + (f"{c}@{what}" if c else what)
+
+    bench = Bench(work, target, MeasureConfig())
     try:
         for seed in args.seeds:
             for i, (w, task) in enumerate(picked):
-                key = f"{task.hash}/{seed}"
-                if key not in cache:
-                    cache[key] = [{"sentence": g.sentence, "logprob": g.logprob}
-                                  for g in gen.generate(task, n_max, seed=seed)]
-                    cache_path.write_text(json.dumps(cache))
-                samples = [SimpleNamespace(**g) for g in cache[key]]
                 space = task_space(task, target)
-                schs, ok = [], []
-                for g in samples:
-                    try:
-                        schs.append(parse(g.sentence, task, target, space=space).sch)
-                        ok.append(g)
-                    except Exception:  # noqa: BLE001 - an unparsable sample is never picked
-                        continue
-                picks = {"logprob@32": max(ok[:32], key=lambda g: g.logprob).sentence} if ok else {}
-                for label, cm in cms.items():
-                    for n in args.pools:
-                        if ok[:n]:
-                            picks[f"{label}@{n}"] = ok[:n][cm.rank(task, schs[:n], target)[0]].sentence
-                lat = bench.latencies(task, list(picks.values()))
+                picks, tops = {}, {}
+                for m in models:
+                    ok, schs = [], []
+                    for g in caches[m][f"{task.hash}/{seed}"]:
+                        try:
+                            schs.append(parse(g["sentence"], task, target, space=space).sch)
+                            ok.append(SimpleNamespace(**g))
+                        except Exception:  # noqa: BLE001 - an unparsable sample is never picked
+                            continue
+                    if ok:
+                        picks[name(m, "", "logprob@32")] = max(ok[:32], key=lambda g: g.logprob).sentence
+                    for label, cm in cms.items():
+                        for n in args.pools:
+                            if ok[:n]:
+                                picks[name(m, label, str(n))] = ok[:n][cm.rank(task, schs[:n], target)[0]].sentence
+                        if args.top_k and ok:
+                            order = cm.rank(task, schs[:n_max], target)[: args.top_k]
+                            tops[name(m, label, f"{n_max} top {args.top_k}")] = [ok[j].sentence for j in order]
+                lat = bench.latencies(task, list(picks.values()) + [s for ss in tops.values() for s in ss])
                 best = {c: lat[s] for c, s in picks.items()}
+                top = {c: min(lat[s] for s in ss) for c, ss in tops.items()}
                 per_task.append({"task": task.name, "hash": task.hash, "workload": w, "kind": task.kind, "seed": seed,
-                                 "samples": len(ok), "best": best, "ms64": ms64.get(task.hash)})
-                print(f"[seed {seed}, {i + 1}/{len(picked)}] {task.name}: " + ", ".join(f"{c} {v * 1e6:.0f}" for c, v in best.items()))
+                                 "best": best, "top": top, "ms64": ms64.get(task.hash)})
+                print(f"[seed {seed}, {i + 1}/{len(picked)}] {task.name}: "
+                      + ", ".join(f"{c} {v * 1e6:.0f}" for c, v in {**best, **top}.items()), flush=True)
     finally:
         bench.close()
 
     contenders = list(dict.fromkeys(c for t in per_task for c in t["best"]))
     scores = {}
-    for c in contenders:
-        xs = [(t["best"][c], min(t["best"].values()), t["ms64"]) for t in per_task if math.isfinite(t["best"].get(c, math.inf))]
+    for c in contenders + list(dict.fromkeys(c for t in per_task for c in t["top"])):
+        what = "best" if c in contenders else "top"
+        xs = [(t[what][c], min(t["best"].values()), t["ms64"]) for t in per_task if math.isfinite(t[what].get(c, math.inf))]
         both = [(x, m) for x, _, m in xs if m]
         scores[c] = {"geomean_vs_best_pick": _geomean([x / o for x, o, _ in xs]),
                      "ms64_over_pick_summed": sum(m for _, m in both) / sum(x for x, _ in both) if both else None,
                      "ms64_over_pick_geomean": _geomean([m / x for x, m in both]), "tasks": len(xs)}
-    res = {"settings": {**vars(args), "model": str(model), "hardware": hw, "heldout": str(run),
-                        "seconds": round(time.time() - t0)}, "tasks": per_task, "scores": scores}
+    res = {"settings": {**vars(args), "models": {k: str(v) for k, v in models.items()}, "hardware": hw,
+                        "heldout": str(run), "seconds": round(time.time() - t0)}, "tasks": per_task, "scores": scores}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.name}.json").write_text(json.dumps(res, indent=1, default=str))
     cmd = (f"`.venv/bin/python bench/first_choice.py --pools {' '.join(map(str, args.pools))} "
            f"--seeds {' '.join(map(str, args.seeds))}"
+           + (f" --models {' '.join(args.models)}" if args.models else "")
+           + (f" --top-k {args.top_k}" if args.top_k else "")
            + (f" --cost-models {' '.join(args.cost_models)}" if args.cost_models else "") + f" --name {args.name}`")
+    gens = ", ".join(f"{k} = `{v}`" for k, v in models.items())
     lines = [f"# TLM's first choice on held-out tasks ({hw})", "",
              f"{len(picked)} held-out tasks of `{run}` x seeds {args.seeds} = {len(per_task)} first choices per "
-             f"contender; generator `{model.name}`; {n_max} samples per task and seed; "
+             f"contender; generators {gens}; {n_max} samples per task, seed and generator; "
              f"each contender's pick measured once, a task's picks in one batch; {res['settings']['seconds']} s.", "",
              f"Command: {cmd}", "",
-             "`vs best pick`: geometric mean over (task, seed) of the pick's latency over the best pick of any contender "
-             "(lower is better). `MS@64 / pick`: MetaSchedule@64's best latency (the eval run's) over the pick's, "
-             "summed and per-task geomean (higher is better; the issue's TLM@1 target is >= 0.8 summed).", "",
+             "`vs best pick`: geometric mean over (task, seed) of the pick's latency over the best first choice of any "
+             "contender (lower is better; a `top K` row is the best of K measured programs). `MS@64 / pick`: "
+             "MetaSchedule@64's best latency (the eval run's) over the pick's, summed and per-task geomean (higher is "
+             "better; the issue's TLM@1 target is >= 0.8 summed).", "",
              "| contender | vs best pick | MS@64 / pick, summed | MS@64 / pick, geomean | tasks |", "|---|---:|---:|---:|---:|"]
     for c, s in scores.items():
         f = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731

@@ -32,6 +32,30 @@ def test_contenders_and_planned_measurements():
     assert got[4][2] == [1, 10, 32] and got[5][2] == [1, 10, 64, 256]
     assert planned_measurements(20, [0, 1, 10, 32], [1, 10, 64, 256]) == 20 * 332
     assert [c[0] for c in contenders([0], [])] == ["tlm@0"]  # no random@0
+    # keyed by the model: a new model never reads an older model's TLM records
+    assert [c[0] for c in contenders([0, 10], [64], "abc")] == ["model-abc/tlm@0", "model-abc/tlm@10", "random",
+                                                                "metaschedule"]
+
+
+def test_a_new_model_is_measured_anew_and_the_earlier_one_reported_beside_it(tmp_path):
+    import hashlib
+
+    from tlm.eval.heldout import model_tag
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "model.safetensors").write_bytes(b"weights")
+    assert model_tag(tmp_path / "m") == hashlib.sha256(b"weights").hexdigest()[:12]
+    a = fake_task("fused_matmul", "matmul")
+    root = tmp_path / "dbs"
+    for name, us in (("model-old/tlm@10", 200), ("model-new/tlm@10", 100), ("metaschedule", 150)):
+        with open_db(str(root / name)) as db:
+            db.add_record(a, "key", [], [us * 1e-6], proposer=name.split("/")[-1].split("@")[0])
+    rows = heldout_rows([("bert_base", a)], str(root), "key", [10], [64], model="new")
+    by = {(r["method"], r["k"]): r["best_us"] for r in rows}
+    assert by[("tlm", 10)] == pytest.approx(100) and by[("tlm[old]", 10)] == pytest.approx(200)
+    text = "\n".join(report_lines(rows))
+    assert "TLM with earlier models" in text and "| TLM[old]@10 | 0.75 (1) |" in text and "| TLM@10 | 1.50 (1) |" in text
+    assert "TLM[old]" not in text.split("TLM with earlier models")[0]  # the main tables: the current model only
 
 
 def test_rows_report_and_targets_from_databases(tmp_path):

@@ -222,6 +222,16 @@ def test_demonstrations_of_every_cpu_in_a_database(base_dir, tasks, host, tmp_pa
     out = finetune(base_dir, demos, tmp_path / "ft", FinetuneConfig(steps=2, batch_size=2), target=targets)
     assert {t["target_id"] for t in load_model(out).meta["targets"]} == {target_id(host), target_id(other)}
 
+    # the collector's fine-tuning process (tlm.search.loop, demo_targets="all") names the CPUs too
+    from tlm.model.demos import write_demos
+    from tlm.model.finetune import FinetuneJob
+
+    write_demos(demos, tmp_path / "demos.jsonl")
+    job = FinetuneJob(base_dir, tmp_path / "demos.jsonl", tmp_path / "ft2", FinetuneConfig(steps=2, batch_size=2),
+                      tmp_path / "ft2.log", [host.key, other.key])
+    assert job.wait().ok, (tmp_path / "ft2.log").read_text()[-2000:]
+    assert {t["target_id"] for t in load_model(tmp_path / "ft2").meta["targets"]} == {target_id(host), target_id(other)}
+
 
 def test_cli_finetune_needs_one_source(tmp_path):
     from tlm.cli import main

@@ -11,7 +11,10 @@ Contenders, each tuning every task alone, each in its own database (OUT/dbs/held
 - TLM@0: what `tlm compile --budget 0` applies (the tuner's first choice, unmeasured by the
   tuner), measured once here to know its latency;
 - TLM@k: `tlm tune --tuner tlm --budget kg` for each k, in its own database (what a user of that
-  budget gets; the first k of a larger run would not be);
+  budget gets; the first k of a larger run would not be). TLM's databases are keyed by the
+  model's content (OUT/dbs/heldout/model-TAG/tlm@k, `model_tag`): when the shipped model
+  changes, TLM is measured anew while random and MetaSchedule are kept, and the earlier models'
+  results stay in the report as a comparison;
 - random@k and MetaSchedule@k: the best of the first k records, in measurement order, of one
   run at the largest k (`tlm tune --tuner random|metaschedule`).
 Every program is built, checked against the reference and timed by the same measurer.
@@ -108,8 +111,19 @@ def measure_first_choice(task, db, target, measure_config=None) -> None:
         measurer.close()
 
 
+def model_tag(model_dir: str | Path) -> str:
+    """A model's short content digest (its weights' sha256): the key of its held-out databases."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(Path(model_dir) / "model.safetensors", "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:12]
+
+
 @contextmanager
-def persisted(db_root: str, shards: Path, tlm_ks: list[int], ms_ks: list[int]):
+def persisted(db_root: str, shards: Path, tlm_ks: list[int], ms_ks: list[int], model: str | None = None):
     """The contenders' databases, kept in git as append-only record shards (SHARDS/NAME/, the
     corpus' format, tlm.measure.shards): each database first takes in the shards it lacks (a
     fresh clone resumes the run), and writes its new records as new shards at the end, also when
@@ -117,7 +131,9 @@ def persisted(db_root: str, shards: Path, tlm_ks: list[int], ms_ks: list[int]):
     from tlm.measure.database import open_db
     from tlm.measure.shards import flush, ingest
 
-    names = [name for name, _, _ in contenders(tlm_ks, ms_ks)]
+    names = [name for name, _, _ in contenders(tlm_ks, ms_ks, model)]
+    names += [f"{d.name}/{t.name}" for d in (sorted(shards.glob("model-*")) if shards.is_dir() else [])
+              for t in sorted(d.iterdir()) if f"{d.name}/{t.name}" not in names]  # earlier models': reported
     for name in names:
         if (shards / name).is_dir():
             with open_db(os.path.join(db_root, name)) as db:
@@ -132,9 +148,10 @@ def persisted(db_root: str, shards: Path, tlm_ks: list[int], ms_ks: list[int]):
 
 
 def run_heldout(picked: list[tuple[str, Any]], db_root: str, target, tlm_ks: list[int], ms_ks: list[int],
-                config=None, log=print) -> None:
+                config=None, log=print, model: str | None = None) -> None:
     """Tune every task alone with every contender (resumable: each tuner counts what its database
-    holds). `config`: the TuneConfig every tuner starts from (default: a user's defaults, seed 0)."""
+    holds). `config`: the TuneConfig every tuner starts from (default: a user's defaults, seed 0);
+    `model`: the tag of its TLM model (`model_tag`), naming TLM's databases."""
     from dataclasses import replace
 
     from tlm.measure.database import open_db
@@ -142,7 +159,7 @@ def run_heldout(picked: list[tuple[str, Any]], db_root: str, target, tlm_ks: lis
     from tlm.search.tune import tune
 
     config = config or TuneConfig()
-    for name, tuner, ks in contenders(tlm_ks, ms_ks):
+    for name, tuner, ks in contenders(tlm_ks, ms_ks, model):
         db = os.path.join(db_root, name)
         for i, (w, t) in enumerate(picked):
             log(f"[heldout] {name}: task {i + 1}/{len(picked)} {t.name} ({w})")
@@ -158,19 +175,25 @@ def run_heldout(picked: list[tuple[str, Any]], db_root: str, target, tlm_ks: lis
 
 
 def heldout_rows(picked: list[tuple[str, Any]], db_root: str, target_key: str, tlm_ks: list[int],
-                 ms_ks: list[int]) -> list[dict[str, Any]]:
-    """One row per (task, contender, k) with the best correct latency (us; None: no program)."""
+                 ms_ks: list[int], model: str | None = None) -> list[dict[str, Any]]:
+    """One row per (task, contender, k) with the best correct latency (us; None: no program).
+    TLM rows of the models other than `model` found in DB_ROOT/model-*/ follow, as method
+    "tlm[TAG]" (TAG: the model_tag)."""
     from tlm.eval.tables import best_after_k
     from tlm.measure.database import open_db
 
     rows = []
-    for name, tuner, ks in contenders(tlm_ks, ms_ks):
+    current = contenders(tlm_ks, ms_ks, model)
+    earlier = [(f"{d.name}/{t.name}", f"tlm[{d.name[len('model-'):]}]", [int(t.name.split("@")[1])])
+               for d in (sorted(Path(db_root).glob("model-*")) if os.path.isdir(db_root) else [])
+               if d.name != f"model-{model}" for t in sorted(d.glob("tlm@*"), key=lambda t: int(t.name.split("@")[1]))]
+    for name, tuner, ks in current + earlier:
         path = os.path.join(db_root, name)
         db = open_db(path, create=False) if os.path.isfile(os.path.join(path, "records.sqlite")) else None
         for w, t in picked:
             if db is None:
                 got: dict[int, float | None] = {k: None for k in ks}
-            elif tuner == "tlm":
+            elif tuner.startswith("tlm"):
                 b = db.best(t.hash, target_key)
                 got = {ks[0]: b.median_s if b else None}
             else:
@@ -215,6 +238,8 @@ def report_lines(rows: list[dict[str, Any]]) -> list[str]:
 
     if not rows:
         return ["(no held-out subgraph results yet)"]
+    earlier = [r for r in rows if r["method"].startswith("tlm[")]  # earlier models' TLM rows
+    rows = [r for r in rows if r not in earlier]
     cols = list(dict.fromkeys(f"{r['method']}@{r['k']}" for r in rows))
     by = {(r["hash"], f"{r['method']}@{r['k']}"): num(r["best_us"]) for r in rows}
     tasks = list(dict.fromkeys((r["hash"], r["task"], r["workload"], r["kind"]) for r in rows))
@@ -249,6 +274,15 @@ def report_lines(rows: list[dict[str, Any]]) -> list[str]:
         g = per_task_geomean(rows, a, b)[0]
         body.append([f"{_short(a)} vs {_short(b)}", f">= {goal:g}", fmt(s), n, verdict, fmt(g)])
     out += table(["contenders", "target", "speedup", "tasks", "", "per-task geomean"], body)
+    if earlier:
+        out += ["", "TLM with earlier models (the model's weight digest in brackets; the same tasks, random and "
+                "MetaSchedule runs), against the current model: speedup over MS@64, summed (tasks) / per-task "
+                "geomean:", ""]
+        both = rows + earlier
+        body = [[_short(a), f"{fmt(summed(both, a, 'metaschedule@64')[0])} ({summed(both, a, 'metaschedule@64')[1]})",
+                 fmt(per_task_geomean(both, a, "metaschedule@64")[0])]
+                for a in tlm_cols + list(dict.fromkeys(f"{r['method']}@{r['k']}" for r in earlier))]
+        out += table(["contender", "vs MS@64, summed", "vs MS@64, geomean"], body)
     return out
 
 

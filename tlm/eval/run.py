@@ -81,20 +81,32 @@ class Runner:
         write_tasks(path, picked)
         return picked
 
+    def heldout_model(self) -> tuple[Path, str]:
+        """The TLM model of the held-out benchmark (the shipped one for the target) and its tag."""
+        from tlm.eval.heldout import model_tag
+        from tlm.model.lm import default_model_dir
+
+        if not hasattr(self, "_model"):
+            model = default_model_dir(self.target)
+            self._model = (model, model_tag(model))
+        return self._model
+
     def _heldout(self, st: Step) -> None:
         from tlm.eval.heldout import persisted, run_heldout
 
         cfg, root = self.cfg, os.path.join(self.cfg.out, "dbs", "heldout")
 
+        model, tag = self.heldout_model()
+
         def run():
             from tlm.search.base import TuneConfig
 
-            with persisted(root, Path(cfg.out) / "heldout" / "records", cfg.heldout_tlm_ks, cfg.heldout_ms_ks):
+            with persisted(root, Path(cfg.out) / "heldout" / "records", cfg.heldout_tlm_ks, cfg.heldout_ms_ks, tag):
                 run_heldout(self.heldout(choose=True), root, self.target, cfg.heldout_tlm_ks, cfg.heldout_ms_ks,
-                            TuneConfig(seed=cfg.seed))
+                            TuneConfig(seed=cfg.seed, model=str(model)), model=tag)
         from tlm.eval.suites import contenders
 
-        dbs = [os.path.join(root, name) for name, _, _ in contenders(cfg.heldout_tlm_ks, cfg.heldout_ms_ks)]
+        dbs = [os.path.join(root, name) for name, _, _ in contenders(cfg.heldout_tlm_ks, cfg.heldout_ms_ks, tag)]
         self._logged(st, run, dbs, None)
 
     def _logged(self, st: Step, fn, db: str | None, proposer: str | None) -> None:
@@ -272,8 +284,10 @@ def evaluate(cfg: EvalConfig, dry_run: bool = False, runner=None, log=print) -> 
     from tlm.measure.shards import hardware_slug
 
     cfg.hardware = cfg.hardware or hardware_slug(resolve_target(None).key)
-    cfg.save()
     runner = runner or Runner(cfg)
+    if cfg.heldout_tasks and isinstance(runner, Runner):
+        cfg.heldout_model = runner.heldout_model()[1]
+    cfg.save()
     status = run_plan(build_plan(cfg), runner, log)
     if isinstance(runner, Runner):
         from tlm.eval.heldout import heldout_rows
@@ -282,7 +296,7 @@ def evaluate(cfg: EvalConfig, dry_run: bool = False, runner=None, log=print) -> 
         if cfg.heldout_tasks and (picked := runner.heldout()):
             write_csv(os.path.join(cfg.out, "heldout.csv"), heldout_rows(
                 picked, os.path.join(cfg.out, "dbs", "heldout"), runner.target.key, cfg.heldout_tlm_ks,
-                cfg.heldout_ms_ks))
+                cfg.heldout_ms_ks, runner.heldout_model()[1]))
     write_report(cfg.out)
     bad = [k for k, v in status.items() if v in ("failed", "blocked")]
     log(f"[eval] report: {os.path.join(cfg.out, 'summary.md')}" + (f"; failed/blocked: {bad}" if bad else ""))

@@ -53,6 +53,7 @@ class EvalConfig:
     heldout_tlm_ks: list[int] = field(default_factory=lambda: [0, 1, 10, 32])  # random@k: the same k > 0
     heldout_ms_ks: list[int] = field(default_factory=lambda: [1, 10, 64, 256])
     hardware: str = ""  # the machine's hardware key slug (set by `evaluate`): a run resumes only there
+    heldout_model: str = ""  # the held-out TLM model's tag (set by `evaluate`): a new model is measured anew
 
     @classmethod
     def for_suite(cls, suite: str, out: str, workloads: list[str] | None = None, **kw) -> EvalConfig:
@@ -144,16 +145,19 @@ def build_plan(cfg: EvalConfig, task_counts: dict[str, int] | None = None,
                           measurements=None if num_types is None else num_types * max(cfg.subgraph_ks)))
     if cfg.heldout_tasks:
         ks = "-".join(map(str, cfg.heldout_tlm_ks)) + "_ms-" + "-".join(map(str, cfg.heldout_ms_ks))
+        ks += f"_model-{cfg.heldout_model}" if cfg.heldout_model else ""
         steps.append(Step("heldout", "heldout", [log_path(cfg, f"heldout_{ks}")], measurements=planned_measurements(
             cfg.heldout_tasks, cfg.heldout_tlm_ks, cfg.heldout_ms_ks)))
     steps.append(Step("generator", "generator", [os.path.join(out, "generator.csv")], measurements=0))
     return steps
 
 
-def contenders(tlm_ks: list[int], ms_ks: list[int]) -> list[tuple[str, str, list[int]]]:
-    """(database name, tuner, the ks read from it), cheapest first: TLM@0, TLM@k, random, MetaSchedule."""
+def contenders(tlm_ks: list[int], ms_ks: list[int], model: str | None = None) -> list[tuple[str, str, list[int]]]:
+    """(database name, tuner, the ks read from it), cheapest first: TLM@0, TLM@k, random, MetaSchedule.
+    `model`: the TLM model's tag (tlm.eval.heldout.model_tag); its databases are model-TAG/tlm@k,
+    so a new model never reads an older model's records."""
     rand_ks = sorted({k for k in tlm_ks if k > 0})
-    out = [(f"tlm@{k}", "tlm", [k]) for k in sorted(set(tlm_ks))]
+    out = [((f"model-{model}/" if model else "") + f"tlm@{k}", "tlm", [k]) for k in sorted(set(tlm_ks))]
     if rand_ks:
         out.append(("random", "random", rand_ks))
     if ms_ks:

@@ -218,13 +218,15 @@ class FinetuneJob:
     its output in `log_path`; `poll` or `wait` for its outcome, `terminate` to stop it."""
 
     def __init__(self, base: str | Path, demos_path: str | Path, out_dir: str | Path, config: FinetuneConfig,
-                 log_path: str | Path):
+                 log_path: str | Path, targets: list[str] | None = None):
+        """`targets`: the keys of the CPUs the demonstrations were measured on (the model's
+        `targets` gain them, as `tlm finetune --db --target all` does)."""
         self.out_dir, self.log_path = Path(out_dir), Path(log_path)
         c = config
         cmd = [sys.executable, "-m", "tlm.model.finetune", "--base", str(base), "--demos", str(demos_path),
                "--out", str(out_dir), "--steps", str(c.steps), "--lr", repr(c.lr), "--batch-size", str(c.batch_size),
                "--epochs", repr(c.epochs), "--loss", c.loss, "--seed", str(c.seed), "--device", c.device,
-               "--threads", str(c.threads)]
+               "--threads", str(c.threads)] + (["--target", *targets] if targets else [])
         root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ, OMP_NUM_THREADS=str(max(1, c.threads)), MKL_NUM_THREADS=str(max(1, c.threads)),
                    PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
@@ -263,9 +265,11 @@ def _cmd_finetune(args: argparse.Namespace) -> int:
     if bool(args.db) == bool(args.demos):
         raise TlmError("give either --db or --demos")
     cfg = _config_from_args(args)
-    if args.demos:
+    if args.demos:  # --target: the CPUs the demonstrations were measured on (the model's targets gain them)
+        from tlm.graph.target import resolve_target
+
         demos = read_demos(args.demos)
-        target = None
+        target = [resolve_target(t) for t in args.target] if args.target else None
     else:
         target, demos = db_demos(args.db, args.target or ["host"], args.per_task)
     out = finetune(args.base, demos, args.out, cfg, target=target, progress=args.progress)
@@ -300,7 +304,8 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--demos", default=None, help="demonstrations as JSON lines (tlm.model.demos.write_demos)")
     p.add_argument("--per-task", type=int, default=1, help="demonstrations per task (with --db)")
     p.add_argument("--target", nargs="+", default=None,
-                   help="targets of the records (with --db; default host; all: every target in the database)")
+                   help="targets of the records (with --db; default host; all: every target in the database); with "
+                        "--demos: the CPUs they were measured on, added to the model's targets")
     p.add_argument("--loss", default="sentence", choices=LOSSES)
     p.add_argument("--steps", type=int, default=0, help="0: --epochs passes over the demonstrations")
     p.add_argument("--epochs", type=float, default=3.0)

@@ -167,7 +167,8 @@ class _Loop:
             demos, by_target = every_target_demos(self.db, self.tasks, self.target, self.config.per_task_demos)
             demos = demos if by_target.get(self.target.key) else []  # none of its own yet: nothing to learn
         else:
-            demos = demo_records(self.db, self.tasks, self.target, self.config.per_task_demos)
+            demos, by_target = demo_records(self.db, self.tasks, self.target, self.config.per_task_demos), {}
+        targets = [self.target.key] + [k for k, n in by_target.items() if n and k != self.target.key]
         if not demos:
             self.state["finetune"] = {"round": r, "status": "skipped", "demonstrations": 0}
             self.wd.save()
@@ -180,7 +181,7 @@ class _Loop:
         ft = FinetuneConfig(steps=c.ft_steps, lr=c.ft_lr, batch_size=c.ft_batch_size, epochs=c.ft_epochs,
                             loss=c.ft_loss, seed=c.seed + r, device=c.device, threads=c.ft_threads)
         log_path = self.work / "logs" / f"finetune-round-{r}.log"
-        self._job = FinetuneJob(self.base, demos_path, out, ft, log_path)
+        self._job = FinetuneJob(self.base, demos_path, out, ft, log_path, targets)
         self.state["finetune"] = {"round": r, "status": "running", "demonstrations": len(demos),
                                   "out": str(out), "log": str(log_path), "started_wall_s": round(self.wd.wall(), 3)}
         self.wd.save()
