@@ -119,11 +119,14 @@ def test_a_run_extends_to_larger_ks_but_never_changes_its_own(tmp_path):
 
 @pytest.mark.tvm
 def test_run_heldout_on_a_tiny_task(tmp_path, host, matmul32):
-    """Every contender tunes the task alone, for real (the shipped model, no cost model); a re-run resumes."""
+    """Every contender tunes the task alone, for real (the shipped model, named as `tlm eval` names it, no cost
+    model: random and MetaSchedule take no model); a re-run resumes."""
     from tlm.measure.measurer import MeasureConfig
     from tlm.search.base import TuneConfig
 
-    cfg = TuneConfig(batch_size=4, cost_model="none", pick_samples=4,
+    from tlm.model.lm import default_model_dir
+
+    cfg = TuneConfig(batch_size=4, cost_model="none", pick_samples=4, model=str(default_model_dir(host)),
                      measure=MeasureConfig(repeat=2, min_repeat_ms=2, remeasure_top=1, builder_workers=1))
     root, picked = str(tmp_path / "dbs"), [("toy", matmul32)]
     run_heldout(picked, root, host, [0, 1, 2], [1, 3], config=cfg, log=lambda *_: None)

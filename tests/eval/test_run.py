@@ -7,6 +7,7 @@ databases are built by hand with `tlm.measure.database` (`add_record`).
 
 import csv
 import json
+import shutil
 import os
 
 import pytest
@@ -96,6 +97,10 @@ def test_resume_skips_steps_whose_outputs_exist(tmp_path):
     assert evaluate(cfg, runner=fake_runner, log=lambda *_: None) == 0
     assert json.load(open(tmp_path / "config.json"))["ms_budget"] == "16g"
     assert (tmp_path / "summary.md").is_file()
+    (tmp_path / "summary.md").unlink()
+    shutil.rmtree(tmp_path / "logs")  # every step to run again, but --report-only measures nothing
+    assert evaluate(cfg, runner=lambda st: ran.append(st.id), log=lambda *_: None, report_only=True) == 0
+    assert not ran and (tmp_path / "summary.md").is_file()
     other = EvalConfig.for_suite("quick", str(tmp_path), workloads=["mobilenet_v2"], tlm_budgets=["0", "2g"])
     with pytest.raises(TlmError):
         evaluate(other, runner=fake_runner, log=lambda *_: None)

@@ -167,8 +167,8 @@ def run_heldout(picked: list[tuple[str, Any]], db_root: str, target, tlm_ks: lis
                 with open_db(db) as d:
                     if _first_choice_measured(d, t, target):
                         continue  # done (a resumed --budget 0 would generate it again)
-            tune([t], tuner, f"{max(ks)}g" if max(ks) else "0", db, target=target,
-                 config=replace(config, measure=replace(config.measure)), progress=False)
+            tune([t], tuner, f"{max(ks)}g" if max(ks) else "0", db, target=target, progress=False,
+                 config=replace(config, measure=replace(config.measure), model=config.model if tuner == "tlm" else None))
             if tuner == "tlm" and ks == [0]:
                 with open_db(db) as d:
                     measure_first_choice(t, d, target, config.measure)

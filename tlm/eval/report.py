@@ -198,7 +198,10 @@ def write_report(out_dir: str) -> str:
     if heldout := read_csv(out / "heldout.csv"):
         from tlm.eval.heldout import report_lines
 
-        lines += ([""] if full else []) + ["## 1b. Held-out subgraph benchmark", ""] + report_lines(heldout)
+        model = (f"TLM is the shipped fine-tuned model of weight digest `{cfg['heldout_model']}` "
+                 "(`tlm.eval.heldout.model_tag`) with the shipped cost model. " if cfg.get("heldout_model") else "")
+        lines += ([""] if full else []) + ["## 1b. Held-out subgraph benchmark", ""] + (
+            [model, ""] if model else []) + report_lines(heldout)
     if full:
         lines += _e2e_sections(e2e, cost, eff)
     lines += ["", "## 5. Generator cost", ""]

@@ -265,8 +265,9 @@ def interleaved(fns: dict[str, Callable], rounds: int, min_ms: float = 200.0) ->
     return times
 
 
-def evaluate(cfg: EvalConfig, dry_run: bool = False, runner=None, log=print) -> int:
-    """Run (or with dry_run print) the plan, then write the tables and the report."""
+def evaluate(cfg: EvalConfig, dry_run: bool = False, runner=None, log=print, report_only: bool = False) -> int:
+    """Run (or with dry_run print) the plan, then write the tables and the report (report_only:
+    from what is measured so far, measuring nothing)."""
     from tlm.eval.report import write_report
 
     if dry_run:
@@ -288,15 +289,16 @@ def evaluate(cfg: EvalConfig, dry_run: bool = False, runner=None, log=print) -> 
     if cfg.heldout_tasks and isinstance(runner, Runner):
         cfg.heldout_model = runner.heldout_model()[1]
     cfg.save()
-    status = run_plan(build_plan(cfg), runner, log)
+    status = {} if report_only else run_plan(build_plan(cfg), runner, log)
     if isinstance(runner, Runner):
-        from tlm.eval.heldout import heldout_rows
+        from tlm.eval.heldout import heldout_rows, persisted
 
         write_tables(cfg, {w: runner.tasks(w) for w in cfg.workloads} if cfg.e2e else {}, runner.target.key)
         if cfg.heldout_tasks and (picked := runner.heldout()):
-            write_csv(os.path.join(cfg.out, "heldout.csv"), heldout_rows(
-                picked, os.path.join(cfg.out, "dbs", "heldout"), runner.target.key, cfg.heldout_tlm_ks,
-                cfg.heldout_ms_ks, runner.heldout_model()[1]))
+            root, tag = os.path.join(cfg.out, "dbs", "heldout"), runner.heldout_model()[1]
+            with persisted(root, Path(cfg.out) / "heldout" / "records", cfg.heldout_tlm_ks, cfg.heldout_ms_ks, tag):
+                rows = heldout_rows(picked, root, runner.target.key, cfg.heldout_tlm_ks, cfg.heldout_ms_ks, tag)
+            write_csv(os.path.join(cfg.out, "heldout.csv"), rows)
     write_report(cfg.out)
     bad = [k for k, v in status.items() if v in ("failed", "blocked")]
     log(f"[eval] report: {os.path.join(cfg.out, 'summary.md')}" + (f"; failed/blocked: {bad}" if bad else ""))
@@ -316,7 +318,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         out = os.path.join("results", f"{args.suite}-{hardware_slug(resolve_target(None).key)}")
     return evaluate(EvalConfig.for_suite(args.suite, out, args.workloads, rounds=args.rounds,
                                          heldout_tasks=args.heldout_tasks, heldout_tlm_ks=args.heldout_ks,
-                                         heldout_ms_ks=args.heldout_ms_ks), args.dry_run)
+                                         heldout_ms_ks=args.heldout_ms_ks), args.dry_run,
+                    report_only=args.report_only)
 
 
 def register_cli(sub) -> None:
@@ -333,4 +336,6 @@ def register_cli(sub) -> None:
     p.add_argument("--heldout-ms-ks", type=int, nargs="+", default=None,
                    help="held-out benchmark: MetaSchedule@k; default 1 10 64 256")
     p.add_argument("--dry-run", action="store_true", help="print the plan and estimated measurements only")
+    p.add_argument("--report-only", action="store_true",
+                   help="write the tables and summary.md from what is measured so far, measuring nothing")
     p.set_defaults(func=_cmd_eval)
