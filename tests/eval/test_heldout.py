@@ -47,9 +47,10 @@ def test_a_new_model_is_measured_anew_and_the_earlier_one_reported_beside_it(tmp
     assert model_tag(tmp_path / "m") == hashlib.sha256(b"weights").hexdigest()[:12]
     a = fake_task("fused_matmul", "matmul")
     root = tmp_path / "dbs"
-    for name, us in (("model-old/tlm@10", 200), ("model-new/tlm@10", 100), ("metaschedule", 150)):
+    for name, us in (("model-old/tlm@10", [200]), ("model-new/tlm@10", [100]), ("metaschedule", [150] + [300] * 63)):
         with open_db(str(root / name)) as db:
-            db.add_record(a, "key", [], [us * 1e-6], proposer=name.split("/")[-1].split("@")[0])
+            for x in us:
+                db.add_record(a, "key", [], [x * 1e-6], proposer=name.split("/")[-1].split("@")[0])
     rows = heldout_rows([("bert_base", a)], str(root), "key", [10], [64], model="new")
     by = {(r["method"], r["k"]): r["best_us"] for r in rows}
     assert by[("tlm", 10)] == pytest.approx(100) and by[("tlm[old]", 10)] == pytest.approx(200)
@@ -66,7 +67,8 @@ def test_rows_report_and_targets_from_databases(tmp_path):
     root = tmp_path / "dbs"
     lat = {  # us per task: a, b (None: no correct program)
         "tlm@0": ([300], [40]), "tlm@1": ([200], [30]), "tlm@10": ([100, 90], [20]),
-        "random": ([400, 300, 250], [50, None, 45]), "metaschedule": ([500, 120, 110], [60, 25, 24])}
+        "random": ([400, 300, 250] + [500] * 7, [50, None, 45] + [90] * 7),
+        "metaschedule": ([500, 120, 110], [60, 25, 24])}
     for name, per in lat.items():
         proposer = name.split("@")[0]
         with open_db(str(root / name)) as db:
@@ -79,6 +81,8 @@ def test_rows_report_and_targets_from_databases(tmp_path):
     assert by[("fused_matmul", "tlm", 10)] == pytest.approx(90)
     assert by[("fused_matmul", "random", 1)] == pytest.approx(400) and by[("softmax", "random", 10)] == pytest.approx(45)
     assert by[("softmax", "metaschedule", 2)] == pytest.approx(25) and by[("fused_matmul", "metaschedule", 3)] == pytest.approx(110)
+    short = {(r["task"], r["k"]): r["best_us"] for r in heldout_rows(picked, str(root), "key", [], [3, 4])}
+    assert short[("softmax", 3)] == pytest.approx(24) and short[("softmax", 4)] is None  # MS@4: not reached yet
     s, n = summed(rows, "tlm@10", "metaschedule@3")
     assert n == 2 and s == pytest.approx((110 + 24) / (90 + 20))
     csv_rows = [{k: "" if v is None else str(v) for k, v in r.items()} for r in rows]  # as read back from the CSV

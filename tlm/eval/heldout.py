@@ -197,7 +197,7 @@ def heldout_rows(picked: list[tuple[str, Any]], db_root: str, target_key: str, t
                 b = db.best(t.hash, target_key)
                 got = {ks[0]: b.median_s if b else None}
             else:
-                got = best_after_k(db, t.hash, target_key, tuner, ks)
+                got = best_after_k(db, t.hash, target_key, tuner, ks, reached=True)
             for k, v in got.items():
                 rows.append({"task": t.name, "hash": t.hash, "workload": w, "kind": t.kind, "weight": t.weight,
                              "flops": t.flops, "method": tuner, "k": k, "best_us": None if v is None else v * 1e6})

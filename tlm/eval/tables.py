@@ -13,11 +13,16 @@ from typing import Any
 
 
 # ---------------------------------------------------------------------- reading records
-def best_after_k(db, task_hash: str, target_key: str, proposer: str, ks: list[int]) -> dict[int, float | None]:
-    """Best correct latency (s) among the first k records of a proposer, in measurement order."""
+def best_after_k(db, task_hash: str, target_key: str, proposer: str, ks: list[int],
+                 reached: bool = False) -> dict[int, float | None]:
+    """Best correct latency (s) among the first k records of a proposer, in measurement order.
+    `reached`: None for a k beyond the records (a run not that far yet, e.g. interrupted)."""
     lat = [r.median_s if r.error is None else None for r in db.records(task_hash, target_key, proposer)]
     out: dict[int, float | None] = {}
     for k in ks:
+        if reached and len(lat) < k:
+            out[k] = None
+            continue
         ok = [x for x in lat[:k] if x is not None]
         out[k] = min(ok) if ok else None
     return out
