@@ -49,6 +49,7 @@ class Runner:
         from tlm.graph.target import resolve_target
 
         self.cfg, self.target, self._tasks = cfg, resolve_target(target), {}
+        self._model: tuple[Path, str] | None = None  # the held-out TLM model and its tag (heldout_model)
 
     def tasks(self, w: str) -> list:
         from tlm.graph.extract import tasks_for_source
@@ -86,7 +87,7 @@ class Runner:
         from tlm.eval.heldout import model_tag
         from tlm.model.lm import default_model_dir
 
-        if not hasattr(self, "_model"):
+        if self._model is None:
             model = default_model_dir(self.target)
             self._model = (model, model_tag(model))
         return self._model
