@@ -128,12 +128,15 @@ def main(argv: list[str] | None = None) -> int:
                     if ok:
                         picks[name(m, "", "logprob@32")] = max(ok[:32], key=lambda g: g.logprob).sentence
                     for label, cm in cms.items():
+                        # one ranking of the largest pool: scores are per program (ties by index), so a
+                        # pool of the first n picks the first of this order below n
+                        order = cm.rank(task, schs[:n_max], target) if ok else []
                         for n in args.pools:
                             if ok[:n]:
-                                picks[name(m, label, str(n))] = ok[:n][cm.rank(task, schs[:n], target)[0]].sentence
+                                picks[name(m, label, str(n))] = ok[next(j for j in order if j < n)].sentence
                         if args.top_k and ok:
-                            order = cm.rank(task, schs[:n_max], target)[: args.top_k]
-                            tops[name(m, label, f"{n_max} top {args.top_k}")] = [ok[j].sentence for j in order]
+                            top = order[: args.top_k]
+                            tops[name(m, label, f"{n_max} top {args.top_k}")] = [ok[j].sentence for j in top]
                 lat = bench.latencies(task, list(picks.values()) + [s for ss in tops.values() for s in ss])
                 best = {c: lat[s] for c, s in picks.items()}
                 top = {c: min(lat[s] for s in ss) for c, ss in tops.items()}

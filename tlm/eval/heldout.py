@@ -122,6 +122,16 @@ def model_tag(model_dir: str | Path) -> str:
     return h.hexdigest()[:12]
 
 
+def model_contenders(root: str | Path, skip: str | None = None) -> list[tuple[str, str, list[int]]]:
+    """(database or shard folder name, method "tlm[TAG]", [k]) of every model's TLM folder under
+    ROOT/model-TAG/tlm@k (a record database root or a shard root), but model `skip`'s."""
+    root = Path(root)
+    models = sorted(root.glob("model-*")) if root.is_dir() else []
+    return [(f"{d.name}/{t.name}", f"tlm[{d.name[len('model-'):]}]", [int(t.name.split("@")[1])])
+            for d in models if d.name != f"model-{skip}"
+            for t in sorted(d.glob("tlm@*"), key=lambda t: int(t.name.split("@")[1]))]
+
+
 @contextmanager
 def persisted(db_root: str, shards: Path, tlm_ks: list[int], ms_ks: list[int], model: str | None = None):
     """The contenders' databases, kept in git as append-only record shards (SHARDS/NAME/, the
@@ -131,9 +141,7 @@ def persisted(db_root: str, shards: Path, tlm_ks: list[int], ms_ks: list[int], m
     from tlm.measure.database import open_db
     from tlm.measure.shards import flush, ingest
 
-    names = [name for name, _, _ in contenders(tlm_ks, ms_ks, model)]
-    names += [f"{d.name}/{t.name}" for d in (sorted(shards.glob("model-*")) if shards.is_dir() else [])
-              for t in sorted(d.iterdir()) if f"{d.name}/{t.name}" not in names]  # earlier models': reported
+    names = [name for name, _, _ in contenders(tlm_ks, ms_ks, model) + model_contenders(shards, model)]
     for name in names:
         if (shards / name).is_dir():
             with open_db(os.path.join(db_root, name)) as db:
@@ -183,11 +191,7 @@ def heldout_rows(picked: list[tuple[str, Any]], db_root: str, target_key: str, t
     from tlm.measure.database import open_db
 
     rows = []
-    current = contenders(tlm_ks, ms_ks, model)
-    earlier = [(f"{d.name}/{t.name}", f"tlm[{d.name[len('model-'):]}]", [int(t.name.split("@")[1])])
-               for d in (sorted(Path(db_root).glob("model-*")) if os.path.isdir(db_root) else [])
-               if d.name != f"model-{model}" for t in sorted(d.glob("tlm@*"), key=lambda t: int(t.name.split("@")[1]))]
-    for name, tuner, ks in current + earlier:
+    for name, tuner, ks in contenders(tlm_ks, ms_ks, model) + model_contenders(db_root, model):
         path = os.path.join(db_root, name)
         db = open_db(path, create=False) if os.path.isfile(os.path.join(path, "records.sqlite")) else None
         for w, t in picked:
@@ -278,10 +282,10 @@ def report_lines(rows: list[dict[str, Any]]) -> list[str]:
         out += ["", "TLM with earlier models (the model's weight digest in brackets; the same tasks, random and "
                 "MetaSchedule runs), against the current model: speedup over MS@64, summed (tasks) / per-task "
                 "geomean:", ""]
-        both = rows + earlier
-        body = [[_short(a), f"{fmt(summed(both, a, 'metaschedule@64')[0])} ({summed(both, a, 'metaschedule@64')[1]})",
-                 fmt(per_task_geomean(both, a, "metaschedule@64")[0])]
-                for a in tlm_cols + list(dict.fromkeys(f"{r['method']}@{r['k']}" for r in earlier))]
+        both, body = rows + earlier, []
+        for a in tlm_cols + list(dict.fromkeys(f"{r['method']}@{r['k']}" for r in earlier)):
+            s, n = summed(both, a, "metaschedule@64")
+            body.append([_short(a), f"{fmt(s)} ({n})", fmt(per_task_geomean(both, a, "metaschedule@64")[0])])
         out += table(["contender", "vs MS@64, summed", "vs MS@64, geomean"], body)
     return out
 

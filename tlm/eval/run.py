@@ -92,17 +92,25 @@ class Runner:
             self._model = (model, model_tag(model))
         return self._model
 
+    def heldout_dbs(self):
+        """The held-out contenders' databases (OUT/dbs/heldout), kept in git as shards while open
+        (tlm.eval.heldout.persisted)."""
+        from tlm.eval.heldout import persisted
+
+        cfg = self.cfg
+        return persisted(os.path.join(cfg.out, "dbs", "heldout"), Path(cfg.out) / "heldout" / "records",
+                         cfg.heldout_tlm_ks, cfg.heldout_ms_ks, self.heldout_model()[1])
+
     def _heldout(self, st: Step) -> None:
-        from tlm.eval.heldout import persisted, run_heldout
+        from tlm.eval.heldout import run_heldout
 
         cfg, root = self.cfg, os.path.join(self.cfg.out, "dbs", "heldout")
-
         model, tag = self.heldout_model()
 
         def run():
             from tlm.search.base import TuneConfig
 
-            with persisted(root, Path(cfg.out) / "heldout" / "records", cfg.heldout_tlm_ks, cfg.heldout_ms_ks, tag):
+            with self.heldout_dbs():
                 run_heldout(self.heldout(choose=True), root, self.target, cfg.heldout_tlm_ks, cfg.heldout_ms_ks,
                             TuneConfig(seed=cfg.seed, model=str(model)), model=tag)
         from tlm.eval.suites import contenders
@@ -292,13 +300,13 @@ def evaluate(cfg: EvalConfig, dry_run: bool = False, runner=None, log=print, rep
     cfg.save()
     status = {} if report_only else run_plan(build_plan(cfg), runner, log)
     if isinstance(runner, Runner):
-        from tlm.eval.heldout import heldout_rows, persisted
+        from tlm.eval.heldout import heldout_rows
 
         write_tables(cfg, {w: runner.tasks(w) for w in cfg.workloads} if cfg.e2e else {}, runner.target.key)
         if cfg.heldout_tasks and (picked := runner.heldout()):
-            root, tag = os.path.join(cfg.out, "dbs", "heldout"), runner.heldout_model()[1]
-            with persisted(root, Path(cfg.out) / "heldout" / "records", cfg.heldout_tlm_ks, cfg.heldout_ms_ks, tag):
-                rows = heldout_rows(picked, root, runner.target.key, cfg.heldout_tlm_ks, cfg.heldout_ms_ks, tag)
+            with runner.heldout_dbs():
+                rows = heldout_rows(picked, os.path.join(cfg.out, "dbs", "heldout"), runner.target.key,
+                                    cfg.heldout_tlm_ks, cfg.heldout_ms_ks, cfg.heldout_model)
             write_csv(os.path.join(cfg.out, "heldout.csv"), rows)
     write_report(cfg.out)
     bad = [k for k, v in status.items() if v in ("failed", "blocked")]

@@ -166,9 +166,10 @@ class _Loop:
         if self.config.demo_targets == "all":
             demos, by_target = every_target_demos(self.db, self.tasks, self.target, self.config.per_task_demos)
             demos = demos if by_target.get(self.target.key) else []  # none of its own yet: nothing to learn
+            targets = [k for k, n in by_target.items() if n]  # the CPUs the model learns (its own first)
         else:
-            demos, by_target = demo_records(self.db, self.tasks, self.target, self.config.per_task_demos), {}
-        targets = [self.target.key] + [k for k, n in by_target.items() if n and k != self.target.key]
+            demos = demo_records(self.db, self.tasks, self.target, self.config.per_task_demos)
+            targets = [self.target.key]
         if not demos:
             self.state["finetune"] = {"round": r, "status": "skipped", "demonstrations": 0}
             self.wd.save()
