@@ -15,6 +15,16 @@ top 2 and top 4 (random: k / n).
 Caveat: tasks of one operator at several batch sizes or image sizes fall in different folds, so
 this is easier than a new model's tasks; bench/learning.py --cost-model measures held-out ones.
 Writes OUT/costmodel.{json,md}.
+
+    .venv/bin/python bench/costmodel.py --heldout results/heldout-llvm-znver5-2c \
+        --models shipped=pretrained/costmodel-llvm-x86_64 new=work/cm [--out bench/results]
+
+The held-out mode trains nothing: each --models cost model ranks the programs measured by the
+held-out benchmark (`tlm eval --suite heldout`; tasks that no corpus record has, so unseen by every
+cost model), read from its committed shards (DIR/heldout/records). Two pools per task: every
+program measured by any contender (MetaSchedule, random, TLM), and the random programs alone (an
+unbiased sample of the space, as a model's raw samples are closer to than the tuned ones).
+Writes OUT/costmodel-heldout.{json,md}.
 """
 
 from __future__ import annotations
@@ -73,7 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="xgboost threads (0: its default)")
     p.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    p.add_argument("--heldout", default=None, metavar="EVAL_DIR",
+                   help="rank the held-out benchmark's measured programs of this `tlm eval` folder instead")
+    p.add_argument("--models", nargs="+", default=[], metavar="LABEL=DIR", help="the cost models (--heldout)")
     args = p.parse_args(argv)
+    if args.heldout:
+        return heldout(args, argv)
 
     import numpy as np
 
@@ -153,6 +168,77 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", "Tasks of one operator at other batch or image sizes can fall in other folds: easier than a new "
               "model's tasks (`bench/learning.py --cost-model` measures those)."]
     (out / "costmodel.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+def heldout(args, argv) -> int:
+    """Rank the held-out benchmark's measured programs with each of --models (module doc)."""
+    import numpy as np
+
+    from tlm.graph.target import resolve_target
+    from tlm.measure.database import open_db
+    from tlm.measure.shards import SUFFIX, hardware_slug, ingest
+    from tlm.search.costmodel import CostModel, task_groups
+
+    t0 = time.time()
+    models = {}
+    for spec in args.models:
+        label, _, path = spec.partition("=")
+        if not path or not Path(path).is_dir():
+            raise SystemExit(f"--models {spec}: want LABEL=DIR with a cost model in DIR")
+        models[label] = CostModel.load(path)
+    if not models:
+        raise SystemExit("--heldout needs --models LABEL=DIR ...")
+    root = Path(args.heldout) / "heldout" / "records"
+    # A contender's shards: root/<contender>[/<k>]/<hardware>/*.jsonl.xz; ingest() reads <dir>/*/*.
+    dirs = sorted({p.parent.parent for p in root.rglob(f"*{SUFFIX}")})
+    if not dirs:
+        raise SystemExit(f"--heldout {args.heldout}: no record shards under {root}")
+    pools = {"all measured": dirs, "random only": [d for d in dirs if d.name == "random"]}
+    scores: dict[tuple[str, str, str], Score] = {}
+    counts: dict[tuple[str, str], tuple[int, int]] = {}
+    for pool, pool_dirs in pools.items():
+        db_dir = Path(args.work) / "heldout-db" / Path(args.heldout).resolve().name / pool.split()[0]
+        with open_db(str(db_dir)) as db:
+            for d in pool_dirs:
+                ingest(db, d)
+            for key in [r[0] for r in db.query("SELECT DISTINCT target_key FROM records ORDER BY target_key")]:
+                target = resolve_target(json.loads(key))
+                tasks = [t for h in sorted(db.best_by_task(target.key)) if (t := db.task(h)) is not None]
+                groups = [g for g in task_groups(db, target, tasks, cache=Path(args.work) / "features")
+                          if len(g[2]) >= 4]
+                counts[(pool, target.cpu)] = (len(groups), sum(len(g[2]) for g in groups))
+                for label in ["random pick", *models]:
+                    sc = scores.setdefault((pool, target.cpu, label), Score())
+                    for _, x, lat in groups:
+                        ok = ~np.isnan(x).any(axis=1)  # programs whose features exist (all of them, in practice)
+                        x, lat = x[ok], np.asarray(lat)[ok]
+                        if label == "random pick":
+                            sc.add_random(lat)
+                        else:
+                            sc.add(lat, np.argsort(-models[label].predict(x), kind="stable"))
+        print(f"{pool}: done ({time.time() - t0:.0f} s)", flush=True)
+    rows = [{"pool": pool, "cpu": cpu, "contender": label, "programs": counts[(pool, cpu)][1], **sc.summary()}
+            for (pool, cpu, label), sc in scores.items()]
+    res = {"command": ("python bench/costmodel.py " + " ".join(sys.argv[1:] if argv is None else argv)).strip(),
+           "host": hardware_slug(resolve_target(None).key), "models": dict(m.partition("=")[::2] for m in args.models),
+           "seconds": round(time.time() - t0), "rows": rows}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "costmodel-heldout.json").write_text(json.dumps(res, indent=1))
+    fmt = lambda v, d: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
+    lines = ["# Cost models on the held-out benchmark's measured programs", "",
+             f"`{res['command']}` (run on {res['host']}, {time.strftime('%Y-%m-%d')}, {res['seconds']} s; nothing "
+             "measured). Models: " + ", ".join(f"{k} = `{v}`" for k, v in res["models"].items()) + ".", "",
+             "Tasks: the held-out benchmark's (no corpus record has them), those with at least 4 correct programs "
+             "in the pool. Per task the model ranks the pool; lower top pick / best is better.", "",
+             "| pool | CPU | contender | tasks | programs | top pick / task best (geomean) | best in top 2 | "
+             "best in top 4 |", "|---|---|---|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['pool']} | {r['cpu']} | {r['contender']} | {r['tasks']} | {r['programs']} | "
+              f"{fmt(r['top1_vs_best'], 3)} | {fmt(r['best_in_top2'], 2)} | {fmt(r['best_in_top4'], 2)} |"
+              for r in rows]
+    (out / "costmodel-heldout.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

@@ -73,3 +73,48 @@ def test_malformed_onnx_file_from_the_shell(tmp_path):
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("tlm: error: malformed ONNX file")
+
+
+def _wrapped_interrupt(args):
+    """What TVM does with a Ctrl-C that lands in a Python callback: its own RuntimeError."""
+    import os
+    import signal
+    import time
+
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # the handler runs before this returns
+    except KeyboardInterrupt:
+        raise RuntimeError("") from None
+    raise AssertionError("SIGINT did not interrupt")
+
+
+def test_an_interrupt_wrapped_by_tvm_exits_130(capsys, monkeypatch):
+    import argparse
+
+    import tlm.cli
+    from tlm.errors import interrupted
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--debug", action="store_true")
+    parser.set_defaults(func=_wrapped_interrupt)
+    monkeypatch.setattr(tlm.cli, "build_parser", lambda: parser)
+    code, _, err = run(capsys)
+    assert code == 130 and err.strip() == "tlm: interrupted"
+    assert not interrupted()  # reset when the command returns
+
+
+def test_run_plan_stops_on_a_wrapped_interrupt(monkeypatch):
+    from tlm.errors import sigint_flagged
+    from tlm.eval.suites import Step, run_plan
+
+    ran = []
+
+    def runner(st):
+        ran.append(st.id)
+        _wrapped_interrupt(None)
+
+    steps = [Step(id=f"s{i}", kind="peak", outputs=[f"/nonexistent/{i}"]) for i in range(2)]
+    with sigint_flagged(), pytest.raises(KeyboardInterrupt):
+        run_plan(steps, runner, log=lambda *_: None)
+    assert ran == ["s0"]  # the second step never ran

@@ -9,7 +9,7 @@ import os
 import sys
 import warnings
 
-from tlm.errors import TlmError
+from tlm.errors import TlmError, interrupted, sigint_flagged
 
 # Stage modules that add their own sub-commands through `register_cli(subparsers)`.
 _STAGE_CLIS = ("tlm.space.sampling", "tlm.model.pretrain", "tlm.model.generate", "tlm.search.tune", "tlm.compiler.job",
@@ -112,23 +112,27 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore")
     args = build_parser().parse_args(argv)
     debug = args.debug or os.environ.get("TLM_DEBUG") == "1"
-    try:
-        return int(args.func(args) or 0)
-    except TlmError as err:
-        if debug:
-            raise
-        print(f"tlm: error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("tlm: interrupted", file=sys.stderr)
-        return 130
-    except Exception as err:  # last line of defence: never a raw traceback for the user
-        if debug:
-            raise
-        line = str(err).strip().splitlines()
-        msg = line[-1] if line else ""
-        print(f"tlm: error: {type(err).__name__}: {msg} (run with --debug for details)", file=sys.stderr)
-        return 1
+    with sigint_flagged():  # the handlers below run inside: `interrupted` still tells
+        try:
+            return int(args.func(args) or 0)
+        except TlmError as err:
+            if debug:
+                raise
+            print(f"tlm: error: {err}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("tlm: interrupted", file=sys.stderr)
+            return 130
+        except Exception as err:  # last line of defence: never a raw traceback for the user
+            if interrupted():  # a Ctrl-C that TVM wrapped in its own error
+                print("tlm: interrupted", file=sys.stderr)
+                return 130
+            if debug:
+                raise
+            line = str(err).strip().splitlines()
+            msg = line[-1] if line else ""
+            print(f"tlm: error: {type(err).__name__}: {msg} (run with --debug for details)", file=sys.stderr)
+            return 1
 
 
 if __name__ == "__main__":

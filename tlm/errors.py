@@ -14,6 +14,48 @@ class TlmError(Exception):
     """A user-facing failure (bad input, unsupported model, corrupt file)."""
 
 
+_SIGINT = {"seen": False}
+
+
+def interrupted() -> bool:
+    """Whether SIGINT arrived inside the current `sigint_flagged`. TVM turns a KeyboardInterrupt raised in a
+    Python callback (a cost model, a runner) into its own RuntimeError, which a catch-all that
+    keeps a batch or a plan going would otherwise take for one candidate's or step's failure."""
+    return _SIGINT["seen"]
+
+
+def check_interrupt() -> None:
+    """Raise KeyboardInterrupt if SIGINT arrived (`interrupted`): before results that an interrupt
+    may have turned into errors are kept as data."""
+    if _SIGINT["seen"]:
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sigint_flagged():
+    """SIGINT raises KeyboardInterrupt as usual and also sets `interrupted`. Left alone where
+    SIGINT is ignored (a job started in the background by a shell) or off the main thread."""
+    import signal
+    import threading
+
+    old = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or old is signal.SIG_IGN:
+        yield
+        return
+
+    def handler(signum, frame):
+        _SIGINT["seen"] = True
+        raise KeyboardInterrupt
+
+    _SIGINT["seen"] = False
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+        _SIGINT["seen"] = False
+
+
 def read_json(path, what: str = ""):
     """The JSON data in `path`; a one-line TlmError if it cannot be read or parsed."""
     import json

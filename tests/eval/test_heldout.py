@@ -45,6 +45,10 @@ def test_a_new_model_is_measured_anew_and_the_earlier_one_reported_beside_it(tmp
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "model.safetensors").write_bytes(b"weights")
     assert model_tag(tmp_path / "m") == hashlib.sha256(b"weights").hexdigest()[:12]
+    (tmp_path / "cm").mkdir()
+    (tmp_path / "cm" / "costmodel.json").write_bytes(b"trees")
+    assert model_tag(tmp_path / "m", tmp_path / "cm") == (  # a new cost model is a new TLM too
+        hashlib.sha256(b"weights").hexdigest()[:12] + "-cm" + hashlib.sha256(b"trees").hexdigest()[:8])
     a = fake_task("fused_matmul", "matmul")
     root = tmp_path / "dbs"
     for name, us in (("model-old/tlm@10", [200]), ("model-new/tlm@10", [100]), ("metaschedule", [150] + [300] * 63)):

@@ -12,8 +12,8 @@ Contenders, each tuning every task alone, each in its own database (OUT/dbs/held
   tuner), measured once here to know its latency;
 - TLM@k: `tlm tune --tuner tlm --budget kg` for each k, in its own database (what a user of that
   budget gets; the first k of a larger run would not be). TLM's databases are keyed by the
-  model's content (OUT/dbs/heldout/model-TAG/tlm@k, `model_tag`): when the shipped model
-  changes, TLM is measured anew while random and MetaSchedule are kept, and the earlier models'
+  content of the model and of the cost model that ranks its samples (OUT/dbs/heldout/model-TAG/tlm@k,
+  `model_tag`): when either shipped model changes, TLM is measured anew while random and MetaSchedule are kept, and the earlier models'
   results stay in the report as a comparison;
 - random@k and MetaSchedule@k: the best of the first k records, in measurement order, of one
   run at the largest k (`tlm tune --tuner random|metaschedule`).
@@ -111,15 +111,22 @@ def measure_first_choice(task, db, target, measure_config=None) -> None:
         measurer.close()
 
 
-def model_tag(model_dir: str | Path) -> str:
-    """A model's short content digest (its weights' sha256): the key of its held-out databases."""
+def model_tag(model_dir: str | Path, cost_model_dir: str | Path | None = None) -> str:
+    """A TLM's short content digest, the key of its held-out databases: its weights' sha256 (12 hex
+    digits), then "-cm" and the sha256 of the cost model that ranks its samples (8), if any."""
     import hashlib
 
-    h = hashlib.sha256()
-    with open(Path(model_dir) / "model.safetensors", "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:12]
+    def digest(path: Path, n: int) -> str:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        return h.hexdigest()[:n]
+
+    from tlm.search.costmodel import MODEL_FILE
+
+    tag = digest(Path(model_dir) / "model.safetensors", 12)
+    return tag + (f"-cm{digest(Path(cost_model_dir) / MODEL_FILE, 8)}" if cost_model_dir else "")
 
 
 def model_contenders(root: str | Path, skip: str | None = None) -> list[tuple[str, str, list[int]]]:
@@ -279,7 +286,7 @@ def report_lines(rows: list[dict[str, Any]]) -> list[str]:
         body.append([f"{_short(a)} vs {_short(b)}", f">= {goal:g}", fmt(s), n, verdict, fmt(g)])
     out += table(["contenders", "target", "speedup", "tasks", "", "per-task geomean"], body)
     if earlier:
-        out += ["", "TLM with earlier models (the model's weight digest in brackets; the same tasks, random and "
+        out += ["", "TLM with earlier models (in brackets the `model_tag`: weights, then cost model; the same tasks, random and "
                 "MetaSchedule runs), against the current model: speedup over MS@64, summed (tasks) / per-task "
                 "geomean:", ""]
         both, body = rows + earlier, []

@@ -198,8 +198,9 @@ def write_report(out_dir: str) -> str:
     if heldout := read_csv(out / "heldout.csv"):
         from tlm.eval.heldout import report_lines
 
-        model = (f"TLM is the shipped fine-tuned model of weight digest `{cfg['heldout_model']}` "
-                 "(`tlm.eval.heldout.model_tag`) with the shipped cost model. " if cfg.get("heldout_model") else "")
+        model = (f"TLM is the shipped fine-tuned model and cost model of digest `{cfg['heldout_model']}` "
+                 "(`tlm.eval.heldout.model_tag`: the weights', then `cm` and the cost model's). "
+                 if cfg.get("heldout_model") else "")
         lines += ([""] if full else []) + ["## 1b. Held-out subgraph benchmark", ""] + (
             [model, ""] if model else []) + report_lines(heldout)
     if full:

@@ -49,7 +49,7 @@ class Runner:
         from tlm.graph.target import resolve_target
 
         self.cfg, self.target, self._tasks = cfg, resolve_target(target), {}
-        self._model: tuple[Path, str] | None = None  # the held-out TLM model and its tag (heldout_model)
+        self._model: tuple[Path, Path | None, str] | None = None  # the held-out TLM (heldout_model)
 
     def tasks(self, w: str) -> list:
         from tlm.graph.extract import tasks_for_source
@@ -82,14 +82,16 @@ class Runner:
         write_tasks(path, picked)
         return picked
 
-    def heldout_model(self) -> tuple[Path, str]:
-        """The TLM model of the held-out benchmark (the shipped one for the target) and its tag."""
+    def heldout_model(self) -> tuple[Path, Path | None, str]:
+        """The held-out benchmark's TLM (the shipped model and cost model for the target, None:
+        no cost model) and their tag."""
         from tlm.eval.heldout import model_tag
         from tlm.model.lm import default_model_dir
+        from tlm.search.costmodel import default_cost_model
 
         if self._model is None:
-            model = default_model_dir(self.target)
-            self._model = (model, model_tag(model))
+            model, cost_model = default_model_dir(self.target), default_cost_model(self.target)
+            self._model = (model, cost_model, model_tag(model, cost_model))
         return self._model
 
     def heldout_dbs(self):
@@ -99,20 +101,21 @@ class Runner:
 
         cfg = self.cfg
         return persisted(os.path.join(cfg.out, "dbs", "heldout"), Path(cfg.out) / "heldout" / "records",
-                         cfg.heldout_tlm_ks, cfg.heldout_ms_ks, self.heldout_model()[1])
+                         cfg.heldout_tlm_ks, cfg.heldout_ms_ks, self.heldout_model()[2])
 
     def _heldout(self, st: Step) -> None:
         from tlm.eval.heldout import run_heldout
 
         cfg, root = self.cfg, os.path.join(self.cfg.out, "dbs", "heldout")
-        model, tag = self.heldout_model()
+        model, cost_model, tag = self.heldout_model()
 
         def run():
             from tlm.search.base import TuneConfig
 
+            tc = TuneConfig(seed=cfg.seed, model=str(model), cost_model=str(cost_model) if cost_model else "none")
             with self.heldout_dbs():
                 run_heldout(self.heldout(choose=True), root, self.target, cfg.heldout_tlm_ks, cfg.heldout_ms_ks,
-                            TuneConfig(seed=cfg.seed, model=str(model)), model=tag)
+                            tc, model=tag)
         from tlm.eval.suites import contenders
 
         dbs = [os.path.join(root, name) for name, _, _ in contenders(cfg.heldout_tlm_ks, cfg.heldout_ms_ks, tag)]
@@ -296,7 +299,7 @@ def evaluate(cfg: EvalConfig, dry_run: bool = False, runner=None, log=print, rep
     cfg.hardware = cfg.hardware or hardware_slug(resolve_target(None).key)
     runner = runner or Runner(cfg)
     if cfg.heldout_tasks and isinstance(runner, Runner):
-        cfg.heldout_model = runner.heldout_model()[1]
+        cfg.heldout_model = runner.heldout_model()[2]
     cfg.save()
     status = {} if report_only else run_plan(build_plan(cfg), runner, log)
     if isinstance(runner, Runner):

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from tlm.errors import TlmError
+from tlm.errors import TlmError, interrupted
 
 SUITES = {
     # quick (< 1 h here) is a subset of standard with the same budgets: both can share one --out.
@@ -187,6 +187,8 @@ def run_plan(steps: list[Step], runner: Callable[[Step], None], log=print) -> di
         except KeyboardInterrupt:
             raise
         except Exception as err:  # one failed step does not lose the others
+            if interrupted():  # a Ctrl-C that TVM wrapped in its own error stops the plan
+                raise KeyboardInterrupt from err
             status[st.id] = "failed"
             log(f"[eval] {st.id}: FAILED: {type(err).__name__}: {str(err).strip()[:300]}")
     return status

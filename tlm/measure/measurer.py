@@ -28,7 +28,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tlm.errors import TlmError
+from tlm.errors import TlmError, check_interrupt
 from tlm.graph.target import TargetInfo, resolve_target
 from tlm.graph.tasks import Task
 from tlm.measure.workers import (CheckConfig, builder_class, build_in_worker, export_shared_in_worker, ref_beside,
@@ -235,6 +235,7 @@ class Measurer:
                 res.error = "ScheduleError: " + _short(err)
             results.append(res)
         if not todo:
+            check_interrupt()
             return results
         for i, _ in todo:  # computed while the programs build
             self._start_reference(results[i].candidate.task)
@@ -273,6 +274,7 @@ class Measurer:
         finally:
             for d in dirs:
                 shutil.rmtree(d, ignore_errors=True)
+        check_interrupt()  # errors an interrupt caused are no candidate's: the batch is not kept
         self.measured += len(candidates)
         return results
 

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tlm.errors import TlmError
+from tlm.errors import TlmError, interrupted
 from tlm.search.loop import LoopConfig, run_loop
 
 DEFAULT_CORPUS = "data/corpus"
@@ -217,9 +217,9 @@ def collect(config: CollectConfig, tasks: list | None = None, progress: bool = T
         except KeyboardInterrupt:
             stopped = "interrupted"
         except Exception:
-            if not flag.get("term"):  # TVM may wrap an interrupt in its own error
+            if not flag.get("term") and not interrupted():  # TVM may wrap an interrupt in its own error
                 raise
-            stopped = "interrupted (SIGTERM)"
+            stopped = "interrupted (SIGTERM)" if flag.get("term") else "interrupted"
         finally:
             with open_db(str(work / "db")) as db:
                 rep = flush(db, corpus)
