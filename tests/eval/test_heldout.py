@@ -49,6 +49,7 @@ def test_a_new_model_is_measured_anew_and_the_earlier_one_reported_beside_it(tmp
     (tmp_path / "cm" / "costmodel.json").write_bytes(b"trees")
     assert model_tag(tmp_path / "m", tmp_path / "cm") == (  # a new cost model is a new TLM too
         hashlib.sha256(b"weights").hexdigest()[:12] + "-cm" + hashlib.sha256(b"trees").hexdigest()[:8])
+    assert model_tag(tmp_path / "m", tmp_path / "cm", 20) == model_tag(tmp_path / "m", tmp_path / "cm") + "-a20"
     a = fake_task("fused_matmul", "matmul")
     root = tmp_path / "dbs"
     for name, us in (("model-old/tlm@10", [200]), ("model-new/tlm@10", [100]), ("metaschedule", [150] + [300] * 63)):

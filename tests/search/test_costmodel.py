@@ -125,7 +125,7 @@ def test_default_cost_model_exact_then_same_arch_with_a_note(tmp_path, monkeypat
     assert err.count("\n") == 1 and default_cost_model(neon) is None
 
 
-def test_tuner_picks_and_ranks_with_the_cost_model(cm_dir, tasks, host, base_dir, tmp_path):
+def test_tuner_picks_and_ranks_with_the_cost_model(cm_dir, tasks, host, base_dir, tmp_path, monkeypatch):
     """--budget 0 stores the cost model's top pick of the samples; a proposal of n programs keeps
     the first choice first and the cost model's top n - 1 of the other samples (the real cost
     model, spied on to see what it ranked)."""
@@ -148,22 +148,23 @@ def test_tuner_picks_and_ranks_with_the_cost_model(cm_dir, tasks, host, base_dir
             schs = [parse(s, task, host).sch for s in samples]
             assert db.compile_record(task.hash, host.key).sentence == samples[cm.rank(task, schs, host)[0]]
 
-    class Spy:
-        def __init__(self):
-            self.calls = []
+    import tlm.search.costmodel as costmodel
 
-        def rank(self, task, schs, target):
-            order = cm.rank(task, schs, target)
-            self.calls.append((schs, order))
-            return order
+    calls, featurize = [], costmodel.features
 
+    def spy(task, schs, target):  # what the tuner ranked, and the real cost model's order of it
+        x = featurize(task, schs, target)
+        calls.append((schs, list(np.argsort(-cm.predict(x), kind="stable"))))
+        return x
+
+    monkeypatch.setattr(costmodel, "features", spy)
     with open_db(str(tmp_path / "db2")) as db:
         tuner = TlmTuner(tasks, db, host, cfg, progress=False)
-        tuner._generator, tuner._cm = gen, Spy()
+        tuner._generator = gen
         st = tuner._state(tasks[0], 4)
         cands = tuner._propose(st, 3, 0, greedy=True)
         tuner.measurer.close()
-    (pick_schs, pick_order), (schs, order) = tuner._cm.calls
+    (pick_schs, pick_order), (schs, order) = calls
     assert len(pick_schs) == 8 and len(schs) == 3 * 3 - 1 and len(cands) == 3
     assert cands[0].schedule is pick_schs[pick_order[0]]
     assert [c.schedule for c in cands[1:]] == [schs[i] for i in order[:2]]
@@ -206,3 +207,24 @@ def test_features_cache_featurizes_each_program_once(measured, tasks, host, tmp_
     assert len(first) == len(again) == 2
     for (x, lat), (y, lat2) in zip(first, again):
         assert np.array_equal(x, y) and lat == lat2
+
+
+def test_adapted_learns_the_task_and_leaves_the_model_alone():
+    """The tuner's online update: boosted on one task's measurements, the model ranks that task's
+    programs by what was measured (here the opposite of what it learned), and the shipped model
+    is not changed; nothing to learn from gives the model itself."""
+    from tlm.search.costmodel import FEATURES, CostModel
+
+    rng = np.random.default_rng(0)
+    x = rng.random((400, FEATURES)).astype("float32")
+    lat = list(np.exp(x[:, 0]))  # the corpus: feature 0 is latency
+    cm = CostModel().fit([(x[i:i + 20], lat[i:i + 20]) for i in range(0, 400, 20)])
+    task_x = rng.random((12, FEATURES)).astype("float32")
+    task_lat = list(np.exp(2 * task_x[:, 1]))  # this task: feature 1 is latency
+    before = cm.predict(task_x)
+    ad = cm.adapted(task_x, task_lat, trees=20)
+    assert np.array_equal(cm.predict(task_x), before)
+    truth = -np.asarray(task_lat)
+    corr = lambda a: np.corrcoef(a, truth)[0, 1]  # noqa: E731
+    assert corr(ad.predict(task_x)) > corr(before) + 0.3
+    assert cm.adapted(task_x[:1], task_lat[:1], trees=20) is cm and cm.adapted(task_x, task_lat, trees=0) is cm

@@ -111,9 +111,10 @@ def measure_first_choice(task, db, target, measure_config=None) -> None:
         measurer.close()
 
 
-def model_tag(model_dir: str | Path, cost_model_dir: str | Path | None = None) -> str:
+def model_tag(model_dir: str | Path, cost_model_dir: str | Path | None = None, adapt_trees: int = 0) -> str:
     """A TLM's short content digest, the key of its held-out databases: its weights' sha256 (12 hex
-    digits), then "-cm" and the sha256 of the cost model that ranks its samples (8), if any."""
+    digits), then "-cm" and the sha256 of the cost model that ranks its samples (8), if any, then
+    "-a" and the tuner's online cost model update (TuneConfig.cm_adapt_trees), if on."""
     import hashlib
 
     def digest(path: Path, n: int) -> str:
@@ -126,7 +127,9 @@ def model_tag(model_dir: str | Path, cost_model_dir: str | Path | None = None) -
     from tlm.search.costmodel import MODEL_FILE
 
     tag = digest(Path(model_dir) / "model.safetensors", 12)
-    return tag + (f"-cm{digest(Path(cost_model_dir) / MODEL_FILE, 8)}" if cost_model_dir else "")
+    if cost_model_dir:
+        tag += f"-cm{digest(Path(cost_model_dir) / MODEL_FILE, 8)}" + (f"-a{adapt_trees}" if adapt_trees else "")
+    return tag
 
 
 def model_contenders(root: str | Path, skip: str | None = None) -> list[tuple[str, str, list[int]]]:
@@ -286,9 +289,9 @@ def report_lines(rows: list[dict[str, Any]]) -> list[str]:
         body.append([f"{_short(a)} vs {_short(b)}", f">= {goal:g}", fmt(s), n, verdict, fmt(g)])
     out += table(["contenders", "target", "speedup", "tasks", "", "per-task geomean"], body)
     if earlier:
-        out += ["", "TLM with earlier models (in brackets the `model_tag`: weights, then cost model; the same tasks, random and "
-                "MetaSchedule runs), against the current model: speedup over MS@64, summed (tasks) / per-task "
-                "geomean:", ""]
+        out += ["", "TLM with earlier models (in brackets the `model_tag`: weights, cost model, online update; "
+                "the same tasks, random and MetaSchedule runs), against the current model: speedup over MS@64, "
+                "summed (tasks) / per-task geomean:", ""]
         both, body = rows + earlier, []
         for a in tlm_cols + list(dict.fromkeys(f"{r['method']}@{r['k']}" for r in earlier)):
             s, n = summed(both, a, "metaschedule@64")

@@ -199,7 +199,8 @@ def write_report(out_dir: str) -> str:
         from tlm.eval.heldout import report_lines
 
         model = (f"TLM is the shipped fine-tuned model and cost model of digest `{cfg['heldout_model']}` "
-                 "(`tlm.eval.heldout.model_tag`: the weights', then `cm` and the cost model's). "
+                 "(`tlm.eval.heldout.model_tag`: the weights', then `cm` and the cost model's, then `a` and "
+                 "the trees of the tuner's online cost model update, if on). "
                  if cfg.get("heldout_model") else "")
         lines += ([""] if full else []) + ["## 1b. Held-out subgraph benchmark", ""] + (
             [model, ""] if model else []) + report_lines(heldout)

@@ -91,8 +91,17 @@ class Runner:
 
         if self._model is None:
             model, cost_model = default_model_dir(self.target), default_cost_model(self.target)
-            self._model = (model, cost_model, model_tag(model, cost_model))
+            adapt = self.tune_config().cm_adapt_trees
+            self._model = (model, cost_model, model_tag(model, cost_model, adapt))
         return self._model
+
+    def tune_config(self):
+        """The TuneConfig the held-out benchmark's TLM tuners start from (its model is heldout_model's)."""
+        from tlm.search.base import TuneConfig
+
+        cfg = self.cfg
+        adapt = {} if cfg.heldout_adapt_trees is None else {"cm_adapt_trees": cfg.heldout_adapt_trees}
+        return TuneConfig(seed=cfg.seed, **adapt)
 
     def heldout_dbs(self):
         """The held-out contenders' databases (OUT/dbs/heldout), kept in git as shards while open
@@ -110,9 +119,9 @@ class Runner:
         model, cost_model, tag = self.heldout_model()
 
         def run():
-            from tlm.search.base import TuneConfig
+            from dataclasses import replace
 
-            tc = TuneConfig(seed=cfg.seed, model=str(model), cost_model=str(cost_model) if cost_model else "none")
+            tc = replace(self.tune_config(), model=str(model), cost_model=str(cost_model) if cost_model else "none")
             with self.heldout_dbs():
                 run_heldout(self.heldout(choose=True), root, self.target, cfg.heldout_tlm_ks, cfg.heldout_ms_ks,
                             tc, model=tag)
@@ -320,6 +329,8 @@ def evaluate(cfg: EvalConfig, dry_run: bool = False, runner=None, log=print, rep
 def _cmd_eval(args: argparse.Namespace) -> int:
     if any(k < 0 for k in (args.heldout_ks or []) + (args.heldout_ms_ks or [])) or (args.heldout_tasks or 0) < 0:
         raise TlmError("--heldout-tasks and the held-out k values must be >= 0")
+    if (args.heldout_adapt_trees or 0) < 0:
+        raise TlmError("--heldout-adapt-trees must be >= 0")
     if args.heldout_ms_ks is not None and 0 in args.heldout_ms_ks:
         raise TlmError("--heldout-ms-ks: MetaSchedule@0 does not exist (k >= 1)")
     out = args.out
@@ -330,7 +341,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         out = os.path.join("results", f"{args.suite}-{hardware_slug(resolve_target(None).key)}")
     return evaluate(EvalConfig.for_suite(args.suite, out, args.workloads, rounds=args.rounds,
                                          heldout_tasks=args.heldout_tasks, heldout_tlm_ks=args.heldout_ks,
-                                         heldout_ms_ks=args.heldout_ms_ks), args.dry_run,
+                                         heldout_ms_ks=args.heldout_ms_ks,
+                                         heldout_adapt_trees=args.heldout_adapt_trees), args.dry_run,
                     report_only=args.report_only)
 
 
@@ -347,6 +359,9 @@ def register_cli(sub) -> None:
                    help="held-out benchmark: TLM@k (and random@k for k > 0); default 0 1 10 32")
     p.add_argument("--heldout-ms-ks", type=int, nargs="+", default=None,
                    help="held-out benchmark: MetaSchedule@k; default 1 10 64 256")
+    p.add_argument("--heldout-adapt-trees", type=int, default=None,
+                   help="held-out benchmark: the TLM tuner's online cost model update, in trees (default "
+                        "TuneConfig.cm_adapt_trees; 0: off); part of TLM's database key")
     p.add_argument("--dry-run", action="store_true", help="print the plan and estimated measurements only")
     p.add_argument("--report-only", action="store_true",
                    help="write the tables and summary.md from what is measured so far, measuring nothing")

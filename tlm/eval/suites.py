@@ -54,6 +54,8 @@ class EvalConfig:
     heldout_ms_ks: list[int] = field(default_factory=lambda: [1, 10, 64, 256])
     hardware: str = ""  # the machine's hardware key slug (set by `evaluate`): a run resumes only there
     heldout_model: str = ""  # the held-out TLM model's tag (set by `evaluate`): a new model is measured anew
+    # the held-out TLM tuner's online cost model update (TuneConfig.cm_adapt_trees; None: its default)
+    heldout_adapt_trees: int | None = None
 
     @classmethod
     def for_suite(cls, suite: str, out: str, workloads: list[str] | None = None, **kw) -> EvalConfig:

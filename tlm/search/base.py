@@ -39,6 +39,10 @@ class TuneConfig:
     # the n it ranks first of `cm_pool` x n samples (the rest are not measured).
     cost_model: str = "auto"
     cm_pool: int = 4
+    # tlm: the cost model learns from the task's own measurements as the run goes: before ranking
+    # a task's samples, it is boosted `cm_adapt_trees` more rounds on that task's programs measured
+    # in this run (CostModel.adapted; 0: the shipped model as is).
+    cm_adapt_trees: int = 20
     measure: MeasureConfig = field(default_factory=MeasureConfig)
 
     def to_json(self) -> dict[str, Any]:

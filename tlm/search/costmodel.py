@@ -133,6 +133,21 @@ class CostModel:
         score[np.isnan(x).any(axis=1)] = -math.inf
         return score
 
+    def adapted(self, x: np.ndarray, latencies_s: list[float], trees: int) -> CostModel:
+        """A copy boosted `trees` more rounds on one task's measured programs (features [n, F],
+        their latencies): the tuner's online update, as MetaSchedule's XGBoost model retrains on
+        what it measured. Labels as in training (-log latency over the task's best): the new trees
+        fit what the model got wrong on this task. Self when there is nothing to learn from (fewer
+        than 2 correct programs, trees 0) or the objective ranks (its groups need more than one task)."""
+        import xgboost as xgb
+
+        lat = np.asarray(latencies_s, dtype="float64")
+        ok = ~np.isnan(x).any(axis=1) & np.isfinite(lat) & (lat > 0)
+        if trees <= 0 or ok.sum() < 2 or self.config.objective != "reg" or self.booster is None:
+            return self
+        data = xgb.DMatrix(x[ok], label=labels(list(lat[ok]), self.config.clip))
+        return CostModel(self.config, xgb.train(self._params(), data, trees, xgb_model=self.booster))
+
     def rank(self, task: Task, schedules: list, target) -> list[int]:
         """Indices of `schedules`, predicted fastest first."""
         score = self.predict(features(task, schedules, target))

@@ -14,7 +14,10 @@ How the budget is spent (it is a total over the tasks: `B`, or `K x tasks` for `
    and gives the top ones `round_size` new samples each, one measurement batch per round.
 With a cost model (`TuneConfig.cost_model`: by default the shipped one for the target,
 tlm.search.costmodel; none for a CPU kind or arch it has not learned), the n programs a task gets
-are the n it ranks first among `cm_pool` x n samples; the others are not measured.
+are the n it ranks first among `cm_pool` x n samples; the others are not measured. Once two of a
+task's ranked programs are measured, the ranking uses the cost model boosted on them
+(`TuneConfig.cm_adapt_trees` more trees, refit as measurements come in): what it learns of
+this task on this CPU steers the later rounds.
 A task whose space is exhausted (the generator returns no program that was not measured yet)
 drops out. Sentences (and traces) already in the database for the task and target are never
 measured again, and the budget counts what the database already holds with proposer "tlm", so
@@ -82,6 +85,8 @@ class TlmTuner(Tuner):
         self._generator = generator
         self._spaces: dict[str, Any] = {}
         self._cm: Any = _UNSET
+        self._features: dict[str, dict[str, Any]] = {}  # task hash -> trace JSON -> cost model features
+        self._adapted: dict[str, tuple[int, Any]] = {}  # task hash -> (programs learned from, cost model)
 
     @property
     def cost_model(self):
@@ -94,7 +99,12 @@ class TlmTuner(Tuner):
 
     def _ranked(self, task: Task, items: list, schedule) -> list:
         """`items` ordered by the cost model, predicted fastest first (`schedule(item)` gives the
-        program; an item whose program cannot be built goes last)."""
+        program; an item whose program cannot be built goes last). The model is the task's
+        (`_task_model`); every ranked program's features are kept for its update."""
+        import numpy as np
+
+        from tlm.search.costmodel import features
+
         schs, ok, bad = [], [], []
         for it in items:
             try:
@@ -102,8 +112,35 @@ class TlmTuner(Tuner):
                 ok.append(it)
             except TlmError:
                 bad.append(it)
-        order = self.cost_model.rank(task, schs, self.target) if ok else []
+        if not ok:
+            return bad
+        x = features(task, schs, self.target)
+        rows = self._features.setdefault(task.hash, {})
+        for sch, row in zip(schs, x):
+            rows[json.dumps(plain_json(sch.trace.as_json()))] = row
+        score = self._task_model(task).predict(x)
+        order = np.argsort(-score, kind="stable")
         return [ok[i] for i in order] + bad
+
+    def _task_model(self, task: Task):
+        """The cost model boosted on the task's programs measured in this run (TuneConfig.cm_adapt_trees;
+        refit when a measurement has come in since)."""
+        from tlm.search.costmodel import CostModel
+
+        rows = self._features.get(task.hash, {})
+        recs = [r for r in self.db.records(task.hash, self.target.key)
+                if r.error is None and r.median_s and r.trace_json is not None]
+        got = [(row, r.median_s) for r in recs if (row := rows.get(json.dumps(plain_json(r.trace_json)))) is not None]
+        cached = self._adapted.get(task.hash)
+        if cached is not None and cached[0] == len(got):
+            return cached[1]
+        model: CostModel = self.cost_model
+        if len(got) >= 2 and self.config.cm_adapt_trees > 0:
+            import numpy as np
+
+            model = model.adapted(np.stack([g[0] for g in got]), [g[1] for g in got], self.config.cm_adapt_trees)
+        self._adapted[task.hash] = (len(got), model)
+        return model
 
     # ------------------------------------------------------------------ the model
     @property
