@@ -118,3 +118,20 @@ def test_run_plan_stops_on_a_wrapped_interrupt(monkeypatch):
     with sigint_flagged(), pytest.raises(KeyboardInterrupt):
         run_plan(steps, runner, log=lambda *_: None)
     assert ran == ["s0"]  # the second step never ran
+
+
+def test_a_deferred_interrupt_waits_for_the_loop_to_check():
+    """sigint_deferred: SIGINT inside only sets the flag (no exception inside TVM's calls);
+    check_interrupt raises it; outside sigint_flagged the flag is cleared on the way out."""
+    import os
+    import signal
+    import time
+
+    from tlm.errors import check_interrupt, interrupted, sigint_deferred
+
+    with pytest.raises(KeyboardInterrupt), sigint_deferred():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)  # would have raised here without the deferral
+        assert interrupted()
+        check_interrupt()
+    assert not interrupted()

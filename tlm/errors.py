@@ -14,7 +14,7 @@ class TlmError(Exception):
     """A user-facing failure (bad input, unsupported model, corrupt file)."""
 
 
-_SIGINT = {"seen": False}
+_SIGINT = {"seen": False, "flagged": 0}
 
 
 def interrupted() -> bool:
@@ -48,12 +48,40 @@ def sigint_flagged():
         raise KeyboardInterrupt
 
     _SIGINT["seen"] = False
+    _SIGINT["flagged"] += 1
     signal.signal(signal.SIGINT, handler)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, old)
+        _SIGINT["flagged"] -= 1
         _SIGINT["seen"] = False
+
+
+@contextlib.contextmanager
+def sigint_deferred():
+    """SIGINT only sets `interrupted` inside: for loops of long TVM calls (MetaSchedule's search)
+    that abort the whole process (std::terminate) when a KeyboardInterrupt is raised inside them;
+    the loop calls `check_interrupt` between its calls. Outside `sigint_flagged` (a library
+    caller) the flag is cleared on the way out."""
+    import signal
+    import threading
+
+    old = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or old in (signal.SIG_IGN, None):
+        yield
+        return
+
+    def handler(signum, frame):
+        _SIGINT["seen"] = True
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if not _SIGINT["flagged"]:
+            _SIGINT["seen"] = False
 
 
 def read_json(path, what: str = ""):

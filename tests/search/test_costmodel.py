@@ -228,3 +228,17 @@ def test_adapted_learns_the_task_and_leaves_the_model_alone():
     corr = lambda a: np.corrcoef(a, truth)[0, 1]  # noqa: E731
     assert corr(ad.predict(task_x)) > corr(before) + 0.3
     assert cm.adapted(task_x[:1], task_lat[:1], trees=20) is cm and cm.adapted(task_x, task_lat, trees=0) is cm
+
+
+def test_collector_ranks_with_the_cost_model_boosted_on_the_task(measured, cm_dir, tasks, host, tmp_path):
+    """LoopConfig.cm_adapt_trees: the collector's cost model for a task is boosted on that task's
+    measured programs (their features cached in WORK/features); 0 leaves the cost model as is."""
+    from tlm.search.costmodel import CostModel
+    from tlm.search.loop import LoopConfig
+    from tlm.search.proposals import task_model
+
+    cm = CostModel.load(cm_dir)
+    got = task_model(measured, tasks[0], host, cm, LoopConfig(base="", work=str(tmp_path), cm_adapt_trees=5))
+    assert got is not cm and got.booster.num_boosted_rounds() == cm.booster.num_boosted_rounds() + 5
+    assert list((tmp_path / "features").rglob("*.npz"))
+    assert task_model(measured, tasks[0], host, cm, LoopConfig(base="", work=str(tmp_path))) is cm

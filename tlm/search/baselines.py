@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tlm.errors import check_interrupt, sigint_deferred
 from tlm.graph.tasks import Task
 from tlm.measure.measurer import Candidate
 from tlm.search.base import Tuner, progress_bar, seeds, summarize
@@ -124,8 +125,6 @@ class MetaScheduleTuner(TaskByTaskTuner):
 
     def _tune_task(self, task: Task, left: int, tick) -> None:
         from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-        from tvm.s_tir.meta_schedule.database import TuningRecord
-        from tvm.s_tir.meta_schedule.runner import RunnerResult
 
         msdb, cost_model = self.msdb, self.cost_model
         ctx = tune_context(task, self.target, strategy="evolutionary")
@@ -134,7 +133,16 @@ class MetaScheduleTuner(TaskByTaskTuner):
         workload = msdb.commit_workload(task.mod)
         args_info = ArgInfo.from_prim_func(task.mod["main"])
         rnd = self.db.last_round(task.hash, self.target.key, "metaschedule") + 1
+        with sigint_deferred():  # Ctrl-C inside TVM's search would abort the process: honoured per batch
+            self._search(ctx, msdb, cost_model, workload, args_info, task, left, rnd, tick)
+        ctx.post_tuning()
+
+    def _search(self, ctx, msdb, cost_model, workload, args_info, task: Task, left: int, rnd: int, tick) -> None:
+        from tvm.s_tir.meta_schedule.database import TuningRecord
+        from tvm.s_tir.meta_schedule.runner import RunnerResult
+
         while left > 0:
+            check_interrupt()
             cands = ctx.generate_measure_candidates()
             if not cands:
                 break
@@ -156,4 +164,3 @@ class MetaScheduleTuner(TaskByTaskTuner):
             left -= len(results)
             rnd += 1
             tick(results)
-        ctx.post_tuning()

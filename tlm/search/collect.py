@@ -245,12 +245,13 @@ def _cmd_collect(args: argparse.Namespace) -> int:
                       kp=args.kp, rounds=args.rounds, max_tasks=args.max_tasks, seed=args.seed, target=args.target,
                       pipeline=args.pipeline, ft_threads=args.ft_threads, schedule=args.schedule,
                       cost_model=args.cost_model, cm_pool=args.cm_pool, cm_explore=args.cm_explore,
+                      cm_adapt_trees=args.cm_adapt_trees,
                       demo_targets=args.demo_targets, transfer=args.transfer,
                       measure=measure_config_from_args(args))
     if args.hours < 0 or args.flush_minutes <= 0:
         raise TlmError("--hours must be >= 0 and --flush-minutes > 0")
-    if args.cm_pool < 1 or args.cm_explore < 0:
-        raise TlmError("--cm-pool must be >= 1 and --cm-explore >= 0")
+    if args.cm_pool < 1 or args.cm_explore < 0 or args.cm_adapt_trees < 0:
+        raise TlmError("--cm-pool must be >= 1, --cm-explore and --cm-adapt-trees >= 0")
     cfg = CollectConfig(corpus=args.corpus, hours=args.hours, flush_minutes=args.flush_minutes, loop=loop)
     res = collect(cfg, progress=args.progress, log=lambda m: print(m, file=sys.stderr, flush=True))
     if args.json:
@@ -309,6 +310,9 @@ def register_cli(sub) -> None:
     p.add_argument("--cm-pool", type=int, default=4, help="with a cost model: samples per measured program")
     p.add_argument("--cm-explore", type=int, default=2,
                    help="with a cost model: programs per task and round measured unranked (plain samples)")
+    p.add_argument("--cm-adapt-trees", type=int, default=0,
+                   help="with a cost model: trees it is boosted on a task's measured programs before ranking "
+                        "the task's samples (0: off)")
     p.add_argument("--demo-targets", default="all", choices=["all", "self"],
                    help="fine-tune on the demonstrations of every CPU in the corpus (default; each prompt "
                         "names its CPU) or of this hardware only")

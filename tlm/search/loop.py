@@ -77,6 +77,10 @@ class LoopConfig:
     cost_model: str = "none"
     cm_pool: int = 4
     cm_explore: int = 2
+    # With a cost model: boosted this many more trees on the task's correct programs measured on
+    # this CPU before it ranks the task's samples (CostModel.adapted, the TLM tuner's online update;
+    # 0: the cost model as is). Features of measured programs are cached in WORK/features.
+    cm_adapt_trees: int = 0
     transfer: int = 0  # of a task's k_p programs, up to this many are other CPUs' best (tlm.search.proposals)
     seed: int = 0
     target: Any = None  # None: host

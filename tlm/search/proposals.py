@@ -3,7 +3,8 @@
   section 5.3: demonstration data of hardware A transferred to hardware B, then improved by the
   iterative loop), then
 - the model's samples: `cm_explore` as they come and the cost model's top picks of the rest
-  (`cm_pool` x k_p samples), or all as they come without a cost model.
+  (`cm_pool` x k_p samples; with `cm_adapt_trees`, the cost model boosted on what this task
+  measured on this CPU so far), or all as they come without a cost model.
 
 A sentence is its prompt (the task and the hardware words) and its decisions; the decisions of
 another CPU's program are said again after this CPU's prompt and parsed in this CPU's design space
@@ -52,9 +53,23 @@ def candidates(db, gen, task, target, config, cm, others: list | None, need: int
     if cm is not None:
         keep = len(moved) + min(need, max(0, config.cm_explore))  # samples come in random order
         rest = cands[keep:]
-        ranked = [rest[i] for i in cm.rank(task, [c.schedule for c in rest], target)]
+        model = task_model(db, task, target, cm, config)
+        ranked = [rest[i] for i in model.rank(task, [c.schedule for c in rest], target)]
         cands = cands[:keep] + ranked[:len(moved) + need - keep]
     return cands, bad
+
+
+def task_model(db, task, target, cm, config):
+    """The cost model boosted on the task's correct programs measured on `target`
+    (`config.cm_adapt_trees` trees; features cached in WORK/features), or `cm` itself."""
+    from pathlib import Path
+
+    from tlm.search.costmodel import task_groups
+
+    if config.cm_adapt_trees <= 0:
+        return cm
+    got = task_groups(db, target, [task], cache=Path(config.work) / "features")
+    return cm.adapted(got[0][1], got[0][2], config.cm_adapt_trees) if got else cm
 
 
 def transferred(db, task, target, others: list, n: int, seen: set[str]) -> list[tuple[str, Any]]:

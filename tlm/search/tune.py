@@ -68,8 +68,10 @@ def tune(source: str | list[Task], tuner: str = "metaschedule", budget: str | in
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
+    if args.cm_adapt_trees < 0:
+        raise TlmError("--cm-adapt-trees must be >= 0")
     config = TuneConfig(batch_size=args.batch_size, seed=args.seed, measure=measure_config_from_args(args),
-                        cost_model=args.cost_model)
+                        cost_model=args.cost_model, cm_adapt_trees=args.cm_adapt_trees)
     rows = tune(args.source, args.tuner, args.budget, args.db, args.target, config,
                 progress=not args.json and sys.stderr.isatty() or args.progress, model=args.model)
     if args.json:
@@ -92,6 +94,9 @@ def register_cli(sub) -> None:
     p.add_argument("--cost-model", default="auto",
                    help="tlm: the cost model ranking the samples: auto (the shipped one for the target), "
                         "none, or a directory (tlm costmodel)")
+    p.add_argument("--cm-adapt-trees", type=int, default=TuneConfig.cm_adapt_trees,
+                   help="tlm: trees the cost model is boosted on a task's measured programs before ranking "
+                        "its later samples (0: off)")
     p.add_argument("--db", required=True, help="record database directory")
     p.add_argument("--target", default=None, help="'host' (default), or a TVM target as JSON")
     p.add_argument("--batch-size", type=int, default=16, help="candidates measured per batch")
