@@ -70,6 +70,15 @@ class Score:
                 "best_in_top2": self.hit2 / n if n else None, "best_in_top4": self.hit4 / n if n else None}
 
 
+def _write(out: Path, name: str, res: dict, lines: list[str]) -> int:
+    """OUT/NAME.json (the results) and OUT/NAME.md (the report, also printed)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(res, indent=1))
+    (out / f"{name}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--corpus", default=str(ROOT / "data" / "corpus"))
@@ -147,9 +156,6 @@ def main(argv: list[str] | None = None) -> int:
            "tasks": {cpu: sum(1 for g in groups if g[1] == cpu) for cpu in cpus},
            "programs": {cpu: sum(len(g[3]) for g in groups if g[1] == cpu) for cpu in cpus},
            "folds": args.folds, "featurize_s": round(feat_s), "seconds": round(time.time() - t0), "rows": rows}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "costmodel.json").write_text(json.dumps(res, indent=1))
     fmt = lambda v, d: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
     lines = ["# Cost model: picking a task's fast programs, trained on other tasks", "",
              f"`{res['command']}` (run on {res['host']}, {time.strftime('%Y-%m-%d')}): "
@@ -167,9 +173,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{fmt(r['best_in_top2'], 2)} | {fmt(r['best_in_top4'], 2)} |" for r in rows]
     lines += ["", "Tasks of one operator at other batch or image sizes can fall in other folds: easier than a new "
               "model's tasks (`bench/learning.py --cost-model` measures those)."]
-    (out / "costmodel.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    return 0
+    return _write(Path(args.out), "costmodel", res, lines)
 
 
 def heldout(args, argv) -> int:
@@ -224,9 +228,6 @@ def heldout(args, argv) -> int:
     res = {"command": ("python bench/costmodel.py " + " ".join(sys.argv[1:] if argv is None else argv)).strip(),
            "host": hardware_slug(resolve_target(None).key), "models": dict(m.partition("=")[::2] for m in args.models),
            "seconds": round(time.time() - t0), "rows": rows}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "costmodel-heldout.json").write_text(json.dumps(res, indent=1))
     fmt = lambda v, d: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
     lines = ["# Cost models on the held-out benchmark's measured programs", "",
              f"`{res['command']}` (run on {res['host']}, {time.strftime('%Y-%m-%d')}, {res['seconds']} s; nothing "
@@ -238,9 +239,7 @@ def heldout(args, argv) -> int:
     lines += [f"| {r['pool']} | {r['cpu']} | {r['contender']} | {r['tasks']} | {r['programs']} | "
               f"{fmt(r['top1_vs_best'], 3)} | {fmt(r['best_in_top2'], 2)} | {fmt(r['best_in_top4'], 2)} |"
               for r in rows]
-    (out / "costmodel-heldout.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    return 0
+    return _write(Path(args.out), "costmodel-heldout", res, lines)
 
 
 if __name__ == "__main__":

@@ -32,14 +32,35 @@ def check_interrupt() -> None:
 
 
 @contextlib.contextmanager
+def signal_handler(signum: int, handler):
+    """`handler` for signal `signum` inside; the earlier one is restored on the way out."""
+    import signal
+
+    old = signal.getsignal(signum)
+    signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signum, old)
+
+
+def _sigint_settable() -> bool:
+    """Whether SIGINT's handler may be changed here: not off the main thread, and not where SIGINT
+    is ignored (a job started in the background by a shell)."""
+    import signal
+    import threading
+
+    return threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) not in (
+        signal.SIG_IGN, None)
+
+
+@contextlib.contextmanager
 def sigint_flagged():
     """SIGINT raises KeyboardInterrupt as usual and also sets `interrupted`. Left alone where
     SIGINT is ignored (a job started in the background by a shell) or off the main thread."""
     import signal
-    import threading
 
-    old = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or old is signal.SIG_IGN:
+    if not _sigint_settable():
         yield
         return
 
@@ -49,11 +70,10 @@ def sigint_flagged():
 
     _SIGINT["seen"] = False
     _SIGINT["flagged"] += 1
-    signal.signal(signal.SIGINT, handler)
     try:
-        yield
+        with signal_handler(signal.SIGINT, handler):
+            yield
     finally:
-        signal.signal(signal.SIGINT, old)
         _SIGINT["flagged"] -= 1
         _SIGINT["seen"] = False
 
@@ -65,21 +85,18 @@ def sigint_deferred():
     the loop calls `check_interrupt` between its calls. Outside `sigint_flagged` (a library
     caller) the flag is cleared on the way out."""
     import signal
-    import threading
 
-    old = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or old in (signal.SIG_IGN, None):
+    if not _sigint_settable():
         yield
         return
 
     def handler(signum, frame):
         _SIGINT["seen"] = True
 
-    signal.signal(signal.SIGINT, handler)
     try:
-        yield
+        with signal_handler(signal.SIGINT, handler):
+            yield
     finally:
-        signal.signal(signal.SIGINT, old)
         if not _SIGINT["flagged"]:
             _SIGINT["seen"] = False
 

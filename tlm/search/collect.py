@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tlm.errors import TlmError, interrupted
+from tlm.errors import TlmError, interrupted, signal_handler
 from tlm.search.loop import LoopConfig, run_loop
 
 DEFAULT_CORPUS = "data/corpus"
@@ -138,19 +138,14 @@ def _sigterm_stops(flag: dict):
     """SIGTERM: stop after the task being measured (its records committed); a second SIGTERM, or
     one before the loop has started measuring (loading tasks), interrupts at once (the records
     committed so far are flushed either way)."""
-    old = signal.getsignal(signal.SIGTERM)
-
     def handler(signum, frame):
         if flag.get("term") or not flag.get("started"):
             flag["term"] = True
             raise KeyboardInterrupt
         flag["term"] = True
 
-    signal.signal(signal.SIGTERM, handler)
-    try:
+    with signal_handler(signal.SIGTERM, handler):
         yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def collect(config: CollectConfig, tasks: list | None = None, progress: bool = True, log=print, *,
