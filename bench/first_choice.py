@@ -165,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
            f"--seeds {' '.join(map(str, args.seeds))}"
            + (f" --models {' '.join(args.models)}" if args.models else "")
            + (f" --top-k {args.top_k}" if args.top_k else "")
-           + (f" --cost-models {' '.join(args.cost_models)}" if args.cost_models else "") + f" --name {args.name}`")
+           + (f" --cost-models {' '.join(args.cost_models)}" if args.cost_models else "")
+           + (f" --work {args.work}" if args.work else "") + f" --name {args.name}`")
     gens = ", ".join(f"{k} = `{v}`" for k, v in models.items())
     lines = [f"# TLM's first choice on held-out tasks ({hw})", "",
              f"{len(picked)} held-out tasks of `{run}` x seeds {args.seeds} = {len(per_task)} first choices per "
