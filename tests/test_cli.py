@@ -75,6 +75,16 @@ def test_malformed_onnx_file_from_the_shell(tmp_path):
     assert proc.stderr.strip().splitlines()[-1].startswith("tlm: error: malformed ONNX file")
 
 
+@pytest.fixture
+def sigint_default():
+    """SIGINT as Python sets it in a terminal (a CI job started in the background ignores it)."""
+    import signal
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 def _wrapped_interrupt(args):
     """What TVM does with a Ctrl-C that lands in a Python callback: its own RuntimeError."""
     import os
@@ -89,7 +99,7 @@ def _wrapped_interrupt(args):
     raise AssertionError("SIGINT did not interrupt")
 
 
-def test_an_interrupt_wrapped_by_tvm_exits_130(capsys, monkeypatch):
+def test_an_interrupt_wrapped_by_tvm_exits_130(capsys, monkeypatch, sigint_default):
     import argparse
 
     import tlm.cli
@@ -104,7 +114,7 @@ def test_an_interrupt_wrapped_by_tvm_exits_130(capsys, monkeypatch):
     assert not interrupted()  # reset when the command returns
 
 
-def test_run_plan_stops_on_a_wrapped_interrupt(monkeypatch):
+def test_run_plan_stops_on_a_wrapped_interrupt(monkeypatch, sigint_default):
     from tlm.errors import sigint_flagged
     from tlm.eval.suites import Step, run_plan
 
@@ -120,7 +130,7 @@ def test_run_plan_stops_on_a_wrapped_interrupt(monkeypatch):
     assert ran == ["s0"]  # the second step never ran
 
 
-def test_a_deferred_interrupt_waits_for_the_loop_to_check():
+def test_a_deferred_interrupt_waits_for_the_loop_to_check(sigint_default):
     """sigint_deferred: SIGINT inside only sets the flag (no exception inside TVM's calls);
     check_interrupt raises it; outside sigint_flagged the flag is cleared on the way out."""
     import os
