@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                 fits[held] = CostModel(cfg).fit(train)
             for _, cpu, x, lat in test:
                 model = fits[""] if train_on == "all" else fits[cpu]
-                scores[((obj, train_on), cpu)].add(np.asarray(lat), np.argsort(-model.predict(x), kind="stable"))
+                scores[((obj, train_on), cpu)].add(np.asarray(lat), model.order(x))
             print(f"fold {k}: {obj} ({train_on}) done ({time.time() - t0:.0f} s)", flush=True)
 
     label = lambda c: "random pick" if c[0] == "random" else (  # noqa: E731
@@ -221,7 +221,7 @@ def heldout(args, argv) -> int:
                         if label == "random pick":
                             sc.add_random(lat)
                         else:
-                            sc.add(lat, np.argsort(-models[label].predict(x), kind="stable"))
+                            sc.add(lat, models[label].order(x))
         print(f"{pool}: done ({time.time() - t0:.0f} s)", flush=True)
     rows = [{"pool": pool, "cpu": cpu, "contender": label, "programs": counts[(pool, cpu)][1], **sc.summary()}
             for (pool, cpu, label), sc in scores.items()]

@@ -18,9 +18,10 @@ _SIGINT = {"seen": False, "flagged": 0}
 
 
 def interrupted() -> bool:
-    """Whether SIGINT arrived inside the current `sigint_flagged`. TVM turns a KeyboardInterrupt raised in a
-    Python callback (a cost model, a runner) into its own RuntimeError, which a catch-all that
-    keeps a batch or a plan going would otherwise take for one candidate's or step's failure."""
+    """Whether SIGINT arrived inside the current `sigint_flagged`. TVM turns a KeyboardInterrupt
+    raised in a Python callback (a cost model, a runner) into its own RuntimeError, which a
+    catch-all that keeps a batch or a plan going would otherwise take for one candidate's or
+    step's failure."""
     return _SIGINT["seen"]
 
 
@@ -44,61 +45,46 @@ def signal_handler(signum: int, handler):
         signal.signal(signum, old)
 
 
-def _sigint_settable() -> bool:
-    """Whether SIGINT's handler may be changed here: not off the main thread, and not where SIGINT
-    is ignored (a job started in the background by a shell)."""
+@contextlib.contextmanager
+def _sigint(raises: bool):
+    """SIGINT sets `interrupted` inside, and raises KeyboardInterrupt if `raises`. Left alone where
+    SIGINT is ignored (a job started in the background by a shell) or off the main thread."""
     import signal
     import threading
 
-    return threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) not in (
-        signal.SIG_IGN, None)
-
-
-@contextlib.contextmanager
-def sigint_flagged():
-    """SIGINT raises KeyboardInterrupt as usual and also sets `interrupted`. Left alone where
-    SIGINT is ignored (a job started in the background by a shell) or off the main thread."""
-    import signal
-
-    if not _sigint_settable():
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) in (
+            signal.SIG_IGN, None):
         yield
         return
 
     def handler(signum, frame):
         _SIGINT["seen"] = True
-        raise KeyboardInterrupt
+        if raises:
+            raise KeyboardInterrupt
 
-    _SIGINT["seen"] = False
-    _SIGINT["flagged"] += 1
+    if raises:  # a command's scope: the flag tells of this command's interrupts only
+        _SIGINT["seen"] = False
+        _SIGINT["flagged"] += 1
     try:
         with signal_handler(signal.SIGINT, handler):
             yield
     finally:
-        _SIGINT["flagged"] -= 1
-        _SIGINT["seen"] = False
+        _SIGINT["flagged"] -= raises
+        if not _SIGINT["flagged"]:  # outside any command's scope nobody asks: cleared
+            _SIGINT["seen"] = False
 
 
-@contextlib.contextmanager
+def sigint_flagged():
+    """SIGINT raises KeyboardInterrupt as usual and also sets `interrupted` (a command's scope)."""
+    return _sigint(raises=True)
+
+
 def sigint_deferred():
     """SIGINT only sets `interrupted` inside: for loops of long TVM calls (MetaSchedule's search)
     that abort the whole process (std::terminate) when a KeyboardInterrupt is raised inside them;
     the loop calls `check_interrupt` between its calls. Outside `sigint_flagged` (a library
     caller) the flag is cleared on the way out."""
-    import signal
-
-    if not _sigint_settable():
-        yield
-        return
-
-    def handler(signum, frame):
-        _SIGINT["seen"] = True
-
-    try:
-        with signal_handler(signal.SIGINT, handler):
-            yield
-    finally:
-        if not _SIGINT["flagged"]:
-            _SIGINT["seen"] = False
+    return _sigint(raises=False)
 
 
 def read_json(path, what: str = ""):

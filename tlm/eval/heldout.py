@@ -12,9 +12,9 @@ Contenders, each tuning every task alone, each in its own database (OUT/dbs/held
   tuner), measured once here to know its latency;
 - TLM@k: `tlm tune --tuner tlm --budget kg` for each k, in its own database (what a user of that
   budget gets; the first k of a larger run would not be). TLM's databases are keyed by the
-  content of the model and of the cost model that ranks its samples (OUT/dbs/heldout/model-TAG/tlm@k,
-  `model_tag`): when either shipped model changes, TLM is measured anew while random and MetaSchedule are kept, and the earlier models'
-  results stay in the report as a comparison;
+  content of the model, of the cost model ranking its samples and the tuner's online update
+  (OUT/dbs/heldout/model-TAG/tlm@k, `model_tag`): when one changes, TLM is measured anew while
+  random and MetaSchedule are kept, and the earlier TLMs' results stay in the report beside it;
 - random@k and MetaSchedule@k: the best of the first k records, in measurement order, of one
   run at the largest k (`tlm tune --tuner random|metaschedule`).
 Every program is built, checked against the reference and timed by the same measurer.

@@ -49,7 +49,7 @@ class Runner:
         from tlm.graph.target import resolve_target
 
         self.cfg, self.target, self._tasks = cfg, resolve_target(target), {}
-        self._model: tuple[Path, Path | None, str] | None = None  # the held-out TLM (heldout_model)
+        self._tlm: tuple[Any, str] | None = None  # the held-out TuneConfig and model_tag (heldout_tlm)
 
     def tasks(self, w: str) -> list:
         from tlm.graph.extract import tasks_for_source
@@ -82,26 +82,22 @@ class Runner:
         write_tasks(path, picked)
         return picked
 
-    def heldout_model(self) -> tuple[Path, Path | None, str]:
-        """The held-out benchmark's TLM (the shipped model and cost model for the target, None:
-        no cost model) and their tag."""
+    def heldout_tlm(self):
+        """The held-out benchmark's TLM: the TuneConfig its tuners start from (the shipped model and
+        cost model for the target; EvalConfig.heldout_adapt_trees) and its `model_tag`."""
         from tlm.eval.heldout import model_tag
         from tlm.model.lm import default_model_dir
+        from tlm.search.base import TuneConfig
         from tlm.search.costmodel import default_cost_model
 
-        if self._model is None:
+        if self._tlm is None:
+            cfg = self.cfg
             model, cost_model = default_model_dir(self.target), default_cost_model(self.target)
-            adapt = self.tune_config().cm_adapt_trees
-            self._model = (model, cost_model, model_tag(model, cost_model, adapt))
-        return self._model
-
-    def tune_config(self):
-        """The TuneConfig the held-out benchmark's TLM tuners start from (its model is heldout_model's)."""
-        from tlm.search.base import TuneConfig
-
-        cfg = self.cfg
-        adapt = {} if cfg.heldout_adapt_trees is None else {"cm_adapt_trees": cfg.heldout_adapt_trees}
-        return TuneConfig(seed=cfg.seed, **adapt)
+            adapt = {} if cfg.heldout_adapt_trees is None else {"cm_adapt_trees": cfg.heldout_adapt_trees}
+            tc = TuneConfig(seed=cfg.seed, model=str(model), cost_model=str(cost_model) if cost_model else "none",
+                            **adapt)
+            self._tlm = (tc, model_tag(model, cost_model, tc.cm_adapt_trees))
+        return self._tlm
 
     def heldout_dbs(self):
         """The held-out contenders' databases (OUT/dbs/heldout), kept in git as shards while open
@@ -110,18 +106,15 @@ class Runner:
 
         cfg = self.cfg
         return persisted(os.path.join(cfg.out, "dbs", "heldout"), Path(cfg.out) / "heldout" / "records",
-                         cfg.heldout_tlm_ks, cfg.heldout_ms_ks, self.heldout_model()[2])
+                         cfg.heldout_tlm_ks, cfg.heldout_ms_ks, self.heldout_tlm()[1])
 
     def _heldout(self, st: Step) -> None:
         from tlm.eval.heldout import run_heldout
 
         cfg, root = self.cfg, os.path.join(self.cfg.out, "dbs", "heldout")
-        model, cost_model, tag = self.heldout_model()
+        tc, tag = self.heldout_tlm()
 
         def run():
-            from dataclasses import replace
-
-            tc = replace(self.tune_config(), model=str(model), cost_model=str(cost_model) if cost_model else "none")
             with self.heldout_dbs():
                 run_heldout(self.heldout(choose=True), root, self.target, cfg.heldout_tlm_ks, cfg.heldout_ms_ks,
                             tc, model=tag)
@@ -308,7 +301,7 @@ def evaluate(cfg: EvalConfig, dry_run: bool = False, runner=None, log=print, rep
     cfg.hardware = cfg.hardware or hardware_slug(resolve_target(None).key)
     runner = runner or Runner(cfg)
     if cfg.heldout_tasks and isinstance(runner, Runner):
-        cfg.heldout_model = runner.heldout_model()[2]
+        cfg.heldout_model = runner.heldout_tlm()[1]
     cfg.save()
     status = {} if report_only else run_plan(build_plan(cfg), runner, log)
     if isinstance(runner, Runner):

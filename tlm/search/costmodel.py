@@ -148,10 +148,14 @@ class CostModel:
         data = xgb.DMatrix(x[ok], label=labels(list(lat[ok]), self.config.clip))
         return CostModel(self.config, xgb.train(self._params(), data, trees, xgb_model=self.booster))
 
+    def order(self, x: np.ndarray) -> list[int]:
+        """Row indices of features `x`, predicted fastest first (ties: the earlier row first)."""
+        score = self.predict(x)
+        return sorted(range(len(score)), key=lambda i: (-score[i], i))
+
     def rank(self, task: Task, schedules: list, target) -> list[int]:
         """Indices of `schedules`, predicted fastest first."""
-        score = self.predict(features(task, schedules, target))
-        return sorted(range(len(schedules)), key=lambda i: (-score[i], i))
+        return self.order(features(task, schedules, target))
 
     def save(self, directory: str | Path) -> None:
         d = Path(directory)

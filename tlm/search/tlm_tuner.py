@@ -101,8 +101,6 @@ class TlmTuner(Tuner):
         """`items` ordered by the cost model, predicted fastest first (`schedule(item)` gives the
         program; an item whose program cannot be built goes last). The model is the task's
         (`_task_model`); every ranked program's features are kept for its update."""
-        import numpy as np
-
         from tlm.search.costmodel import features
 
         schs, ok, bad = [], [], []
@@ -115,32 +113,30 @@ class TlmTuner(Tuner):
         if not ok:
             return bad
         x = features(task, schs, self.target)
-        rows = self._features.setdefault(task.hash, {})
-        for sch, row in zip(schs, x):
-            rows[json.dumps(plain_json(sch.trace.as_json()))] = row
-        score = self._task_model(task).predict(x)
-        order = np.argsort(-score, kind="stable")
-        return [ok[i] for i in order] + bad
+        if self.config.cm_adapt_trees > 0:
+            rows = self._features.setdefault(task.hash, {})
+            for sch, row in zip(schs, x):
+                rows[json.dumps(plain_json(sch.trace.as_json()))] = row
+        return [ok[i] for i in self._task_model(task).order(x)] + bad
 
     def _task_model(self, task: Task):
         """The cost model boosted on the task's programs measured in this run (TuneConfig.cm_adapt_trees;
         refit when a measurement has come in since)."""
-        from tlm.search.costmodel import CostModel
+        import numpy as np
 
-        rows = self._features.get(task.hash, {})
-        recs = [r for r in self.db.records(task.hash, self.target.key)
-                if r.error is None and r.median_s and r.trace_json is not None]
-        got = [(row, r.median_s) for r in recs if (row := rows.get(json.dumps(plain_json(r.trace_json)))) is not None]
+        rows = self._features.get(task.hash)
+        if not rows:  # the update is off, or nothing of this task ranked yet
+            return self.cost_model
+        got = [(row, r.median_s) for r in self.db.records(task.hash, self.target.key)
+               if r.error is None and r.median_s and r.trace_json is not None
+               and (row := rows.get(json.dumps(r.trace_json))) is not None]  # stored traces are plain JSON
         cached = self._adapted.get(task.hash)
-        if cached is not None and cached[0] == len(got):
-            return cached[1]
-        model: CostModel = self.cost_model
-        if len(got) >= 2 and self.config.cm_adapt_trees > 0:
-            import numpy as np
-
-            model = model.adapted(np.stack([g[0] for g in got]), [g[1] for g in got], self.config.cm_adapt_trees)
-        self._adapted[task.hash] = (len(got), model)
-        return model
+        if cached is None or cached[0] != len(got):
+            model = self.cost_model
+            if len(got) >= 2:
+                model = model.adapted(np.stack([g[0] for g in got]), [g[1] for g in got], self.config.cm_adapt_trees)
+            self._adapted[task.hash] = cached = (len(got), model)
+        return cached[1]
 
     # ------------------------------------------------------------------ the model
     @property
