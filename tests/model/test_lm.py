@@ -67,7 +67,7 @@ def test_tokenizer_covers_every_enumerated_choice(task, host, data):
 def test_presets_and_unknown_preset():
     from tlm.model.lm import PRESETS, new_model
 
-    assert {"tiny", "small", "paper"} <= set(PRESETS)
+    assert {"tiny", "small", "medium", "paper"} <= set(PRESETS)
     m = new_model("tiny", 100)
     assert (m.config.n_layer, m.config.n_head, m.config.n_embd, m.config.n_positions) == (2, 2, 64, 1024)
     assert PRESETS["paper"]["n_layer"] == 12 and PRESETS["paper"]["n_embd"] == 768
@@ -187,3 +187,26 @@ def test_pretrain_on_several_targets(tmp_path, data, task):
     meta = load_model(tmp_path / "model").meta
     assert len(meta["targets"]) == 2 and serves(meta, other)
     assert {t["isa"] for t in meta["targets"]} >= {"avx512"}
+
+
+def test_vocab_here_train_there(tmp_path, data, task, host):
+    """`--vocab-only` writes the tokenizer and a packed corpus; training on the packed file (what a
+    GPU machine without TVM gets) keeps that tokenizer, the same split and the targets."""
+    from tlm.model.lm import load_model, space_words
+    from tlm.model.pretrain import PACKED, PretrainConfig, pretrain
+
+    out = tmp_path / "model"
+    extra = space_words([task], host)
+    res = pretrain(data, out, PretrainConfig(preset="tiny"), words=extra, vocab_only=True, progress=False)
+    assert res["steps"] == 0 and (out / "tokenizer.json").is_file() and not (out / "checkpoint").exists()
+    tok = (out / "tokenizer.json").read_bytes()
+    direct = pretrain(data, tmp_path / "direct", PretrainConfig(preset="tiny", steps=2), progress=False)
+    there = pretrain([out / PACKED], out, PretrainConfig(preset="tiny", steps=2), progress=False)
+    assert (out / "tokenizer.json").read_bytes() == tok
+    assert (there["train"], there["val"]) == (direct["train"], direct["val"])
+    assert there["vocab"] == res["vocab"] >= direct["vocab"]
+    assert load_model(out).meta["targets"] == load_model(tmp_path / "direct").meta["targets"]
+    bad = tmp_path / PACKED
+    bad.write_bytes(b"not xz")
+    with pytest.raises(TlmError, match="unreadable"):
+        pretrain([bad], tmp_path / "bad", PretrainConfig(preset="tiny", steps=1), progress=False)

@@ -30,6 +30,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {"n_layer": 2, "n_head": 2, "n_embd": 64, "lr": 3e-3, "batch_size": 16, "steps": 500},
     # ~0.35 s/step (80-word sentences) to ~1.5 s/step (200 words) on 2 CPU cores: ~1-2 h.
     "small": {"n_layer": 4, "n_head": 4, "n_embd": 256, "lr": 1e-3, "batch_size": 16, "steps": 6000},
+    # ~3x small's parameters (11M): the "larger preset" of the data-engine issue; a GPU's to train.
+    "medium": {"n_layer": 6, "n_head": 8, "n_embd": 384, "lr": 6e-4, "batch_size": 16, "steps": 12000},
     "paper": {"n_layer": 12, "n_head": 12, "n_embd": 768, "lr": 2e-4, "batch_size": 16, "steps": 50000},
 }
 N_POSITIONS = 1024

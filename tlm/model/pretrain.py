@@ -161,9 +161,16 @@ def optimizer_step(model, opt, loss, lr: float) -> float:
     return loss.item()
 
 
+PACKED = "corpus.json.xz"  # what `--vocab-only` writes beside the tokenizer: {"meta", "sentences"}
+
+
 def read_corpus(dirs: list[str | Path]) -> tuple[list[str], dict[str, Any]]:
     """The sentences of sampling directories (one per target, say) and the tlm.json meta that
-    says what they were sampled for (`target`: the first, `targets`: all, tlm.model.lm)."""
+    says what they were sampled for (`target`: the first, `targets`: all, tlm.model.lm). A
+    packed corpus file (PACKED: the distinct sentences and that meta, a few MB to carry to a
+    GPU machine without TVM) stands for the directories it was packed from."""
+    import lzma
+
     from tlm.model.lm import model_targets
     from tlm.space.sampling import read_shards
 
@@ -172,26 +179,37 @@ def read_corpus(dirs: list[str | Path]) -> tuple[list[str], dict[str, Any]]:
     targets: list[dict[str, Any]] = []
     for d in dirs:
         try:
-            manifest = json.loads((Path(d) / "manifest.json").read_text())
-            sentences.extend(r["sentence"] for r in read_shards(d))
-        except (OSError, ValueError, KeyError) as err:
-            raise TlmError(f"unreadable sampling directory {d}: {err}") from None
+            if Path(d).is_file():  # its targets are resolved already (no TVM needed)
+                packed = json.loads(lzma.decompress(Path(d).read_bytes()))
+                sentences.extend(packed["sentences"])
+                manifest, found = packed["meta"], packed["meta"]["targets"]
+            else:
+                manifest = json.loads((Path(d) / "manifest.json").read_text())
+                sentences.extend(r["sentence"] for r in read_shards(d))
+                found = model_targets({"target": manifest.get("target"), "target_id": manifest.get("target_id")})
+        except (OSError, ValueError, KeyError, TypeError, lzma.LZMAError) as err:
+            raise TlmError(f"unreadable sampling directory {d}: {first_line(err)}") from None
         meta.setdefault("target", manifest.get("target"))
         meta.setdefault("target_id", manifest.get("target_id"))
-        for t in model_targets({"target": manifest.get("target"), "target_id": manifest.get("target_id")}):
-            if t.get("target_id") not in {u.get("target_id") for u in targets}:
-                targets.append(t)
+        targets.extend(t for t in found if t.get("target_id") not in {u.get("target_id") for u in targets})
     return sentences, dict(meta, targets=targets)
 
 
+def pack_corpus(sentences: list[str], meta: dict[str, Any], path: str | Path) -> None:
+    """Write the distinct sentences and their meta as one xz-compressed JSON (read_corpus)."""
+    import lzma
+
+    Path(path).write_bytes(lzma.compress(json.dumps({"meta": meta, "sentences": sorted(set(sentences))}).encode()))
+
+
 def _is_dirs(data) -> bool:
-    """A directory or a list of them (rather than a list of sentences)."""
+    """A directory (or packed corpus) or a list of them (rather than a list of sentences)."""
     if isinstance(data, (str, Path)):
         return True
 
     def is_dir(d) -> bool:
         try:
-            return " " not in str(d) and Path(str(d)).is_dir()
+            return " " not in str(d) and (Path(str(d)).is_dir() or str(d).endswith(PACKED))
         except OSError:  # a long sentence is no file name
             return False
 
@@ -199,13 +217,17 @@ def _is_dirs(data) -> bool:
 
 
 def pretrain(data: str | Path | list[str], out: str | Path, config: PretrainConfig | None = None, *,
-             tasks=None, target=None, progress: bool = True, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+             tasks=None, target=None, progress: bool = True, meta: dict[str, Any] | None = None,
+             words: set[str] | None = None, vocab_only: bool = False) -> dict[str, Any]:
     """Pretrain a model on sampled sentences: a sampling directory, a list of them (several
     targets: one model for all), or a list of sentences.
 
     Resumes from `out/checkpoint` when present (the saved train.json must agree). `tasks` add
-    the enumerated choices of their spaces to the vocabulary; `meta` joins tlm.json (e.g. the
-    `targets` of sentences given as a list). Returns the final losses.
+    the enumerated choices of their spaces for `target` to the vocabulary, `words` any others
+    (the space words of more targets); `meta` joins tlm.json (e.g. the `targets` of sentences
+    given as a list). `vocab_only`: write `out/tokenizer.json` and stop (build the vocabulary
+    where TVM is, train where the GPU is: a later run on `out` keeps that tokenizer).
+    Returns the final losses.
     """
     import torch
 
@@ -214,7 +236,8 @@ def pretrain(data: str | Path | list[str], out: str | Path, config: PretrainConf
         raise TlmError("--device cuda asked for but CUDA is not available")
     out = Path(out)
     meta = {"preset": cfg.preset, **(meta or {})}
-    if _is_dirs(data):
+    packable = _is_dirs(data)
+    if packable:
         sentences, sampled_for = read_corpus([data] if isinstance(data, (str, Path)) else list(data))
         meta.update(sampled_for)
     else:
@@ -239,12 +262,16 @@ def pretrain(data: str | Path | list[str], out: str | Path, config: PretrainConf
 
         tokenizer = Tokenizer.from_file(str(tok_path))
     else:
-        words = sentence_words(sentences)
+        all_words = sentence_words(sentences) | (words or set())
         if tasks:
-            words |= space_words(tasks, target)
-        tokenizer = build_tokenizer(words)
+            all_words |= space_words(tasks, target)
+        tokenizer = build_tokenizer(all_words)
         save_tokenizer(tokenizer, out)
     vocab = Vocab(tokenizer)
+    if vocab_only:
+        if packable:
+            pack_corpus(sentences, {k: meta[k] for k in ("target", "target_id", "targets")}, out / PACKED)
+        return {"steps": 0, "train": len(train), "val": len(val), "vocab": len(vocab)}
 
     model = new_model(cfg.preset, len(vocab), cfg.seed).to(cfg.device)
     model.train()
@@ -300,18 +327,24 @@ def pretrain(data: str | Path | list[str], out: str | Path, config: PretrainConf
 
 
 def _cmd_pretrain(args: argparse.Namespace) -> int:
-    tasks, target = None, None
+    words: set[str] = set()
     if args.source:
         from tlm.graph.extract import tasks_for_source
 
-        tasks = []
-        for source in args.source:
-            ts = tasks_for_source(source, target=args.target)
-            target = target or ts.target
-            tasks.extend(ts.tasks)
+        for spec in args.target or [None]:  # the space words of every target the model serves
+            tasks, target = [], None
+            for source in args.source:
+                ts = tasks_for_source(source, target=spec)
+                target = target or ts.target
+                tasks.extend(ts.tasks)
+            words |= space_words(tasks, target)
     cfg = PretrainConfig(preset=args.preset, steps=args.steps, device=args.device, seed=args.seed,
                          batch_size=args.batch_size, lr=args.lr)
-    res = pretrain(args.data, args.out, cfg, tasks=tasks, target=target)
+    res = pretrain(args.data, args.out, cfg, words=words, vocab_only=args.vocab_only)
+    if args.vocab_only:
+        print(f"vocabulary of {res['vocab']} words in {Path(args.out) / 'tokenizer.json'} "
+              f"({res['train']} train / {res['val']} val sentences)")
+        return 0
     val = f"{res['val_loss']:.4f}" if res["val_loss"] is not None else "n/a"
     print(f"{res['steps']} steps; train loss {res['train_loss']}, val loss {val}; "
           f"{res['train']} train / {res['val']} val sentences, vocab {res['vocab']}; model in {args.out}")
@@ -330,5 +363,8 @@ def register_cli(subparsers) -> None:
     p.add_argument("--lr", type=float, default=0.0, help="default: the preset's")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--source", nargs="*", default=[], help="workloads whose spaces' choices join the vocabulary")
-    p.add_argument("--target", default=None, help="target of --source tasks (default host)")
+    p.add_argument("--target", nargs="*", default=None,
+                   help="targets of --source tasks, each adding its space words (default host)")
+    p.add_argument("--vocab-only", action="store_true",
+                   help="write OUT/tokenizer.json and stop; a later run on OUT (a GPU's, say) keeps it")
     p.set_defaults(func=_cmd_pretrain)
