@@ -219,6 +219,21 @@ def test_cli_dry_run(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "--out results/heldout-llvm-" in out and "heldout" in out and f"{20 * (1 + 1 + 1 + 4)}" in out
     assert main(["eval", "--suite", "heldout", "--heldout-ms-ks", "0", "--dry-run"]) == 2
+    assert main(["eval", "--suite", "heldout", "--heldout-generator", str(tmp_path), "--dry-run"]) == 2
+    assert "--heldout-generator" in capsys.readouterr().err
+
+
+def test_heldout_generator_names_the_tlm(tmp_path):
+    """--heldout-generator: that model's weights key TLM's held-out records (not the shipped model's)."""
+    from tlm.eval.heldout import model_tag
+    from tlm.eval.run import Runner
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "model.safetensors").write_bytes(b"candidate")
+    cfg = EvalConfig.for_suite("heldout", str(tmp_path / "r"), heldout_generator=str(tmp_path / "m"),
+                               heldout_adapt_trees=0)
+    tc, tag = Runner(cfg).heldout_tlm()
+    assert tc.model == str(tmp_path / "m") and tag.startswith(model_tag(tmp_path / "m"))
 
 
 def test_write_tables_from_databases_and_step_outputs(tmp_path):

@@ -92,7 +92,8 @@ class Runner:
 
         if self._tlm is None:
             cfg = self.cfg
-            model, cost_model = default_model_dir(self.target), default_cost_model(self.target)
+            model = Path(cfg.heldout_generator) if cfg.heldout_generator else default_model_dir(self.target)
+            cost_model = default_cost_model(self.target)
             adapt = {} if cfg.heldout_adapt_trees is None else {"cm_adapt_trees": cfg.heldout_adapt_trees}
             tc = TuneConfig(seed=cfg.seed, model=str(model), cost_model=str(cost_model) if cost_model else "none",
                             **adapt)
@@ -326,6 +327,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         raise TlmError("--heldout-adapt-trees must be >= 0")
     if args.heldout_ms_ks is not None and 0 in args.heldout_ms_ks:
         raise TlmError("--heldout-ms-ks: MetaSchedule@0 does not exist (k >= 1)")
+    if args.heldout_generator and not (Path(args.heldout_generator) / "model.safetensors").is_file():
+        raise TlmError(f"--heldout-generator {args.heldout_generator}: no model there (model.safetensors)")
     out = args.out
     if out is None:  # one folder per suite and machine: a run resumes only on its own hardware
         from tlm.graph.target import resolve_target
@@ -335,7 +338,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return evaluate(EvalConfig.for_suite(args.suite, out, args.workloads, rounds=args.rounds,
                                          heldout_tasks=args.heldout_tasks, heldout_tlm_ks=args.heldout_ks,
                                          heldout_ms_ks=args.heldout_ms_ks,
-                                         heldout_adapt_trees=args.heldout_adapt_trees), args.dry_run,
+                                         heldout_adapt_trees=args.heldout_adapt_trees,
+                                         heldout_generator=args.heldout_generator), args.dry_run,
                     report_only=args.report_only)
 
 
@@ -355,6 +359,9 @@ def register_cli(sub) -> None:
     p.add_argument("--heldout-adapt-trees", type=int, default=None,
                    help="held-out benchmark: the TLM tuner's online cost model update, in trees (default "
                         "TuneConfig.cm_adapt_trees; 0: off); part of TLM's database key")
+    p.add_argument("--heldout-generator", default="",
+                   help="held-out benchmark: TLM's model directory (default: the shipped model); its "
+                        "weights are part of TLM's database key, so a candidate is measured beside the shipped one")
     p.add_argument("--dry-run", action="store_true", help="print the plan and estimated measurements only")
     p.add_argument("--report-only", action="store_true",
                    help="write the tables and summary.md from what is measured so far, measuring nothing")

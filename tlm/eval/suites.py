@@ -56,6 +56,9 @@ class EvalConfig:
     heldout_model: str = ""  # the held-out TLM model's tag (set by `evaluate`): a new model is measured anew
     # the held-out TLM tuner's online cost model update (TuneConfig.cm_adapt_trees; None: its default)
     heldout_adapt_trees: int | None = None
+    # the held-out TLM's generator: a model directory ("": the shipped model for the target), so a
+    # candidate is measured beside the shipped one (its tag keys its records) before it is shipped
+    heldout_generator: str = ""
 
     @classmethod
     def for_suite(cls, suite: str, out: str, workloads: list[str] | None = None, **kw) -> EvalConfig:
