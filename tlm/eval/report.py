@@ -198,7 +198,9 @@ def write_report(out_dir: str) -> str:
     if heldout := read_csv(out / "heldout.csv"):
         from tlm.eval.heldout import report_lines
 
-        model = (f"TLM is the shipped fine-tuned model and cost model of digest `{cfg['heldout_model']}` "
+        which = (f"the model `{cfg['heldout_generator']}` (--heldout-generator) with the shipped cost model"
+                 if cfg.get("heldout_generator") else "the shipped fine-tuned model and cost model")
+        model = (f"TLM is {which} of digest `{cfg['heldout_model']}` "
                  "(`tlm.eval.heldout.model_tag`: the weights', then `cm` and the cost model's, then `a` and "
                  "the trees of the tuner's online cost model update, if on). "
                  if cfg.get("heldout_model") else "")
