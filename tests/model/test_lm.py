@@ -25,11 +25,12 @@ def data(tmp_path_factory, task, host):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, data, task, host):
+    from tlm.model.lm import space_words
     from tlm.model.pretrain import PretrainConfig, pretrain
 
     out = tmp_path_factory.mktemp("model")
     cfg = PretrainConfig(preset="tiny", steps=30, eval_every=10, save_every=10)
-    return out, pretrain(data, out, cfg, tasks=[task], target=host, progress=False)
+    return out, pretrain(data, out, cfg, words=space_words([task], host), target=host, progress=False)
 
 
 def _walk_choices(task, host, seed):

@@ -177,6 +177,7 @@ def read_corpus(dirs: list[str | Path]) -> tuple[list[str], dict[str, Any]]:
     sentences: list[str] = []
     meta: dict[str, Any] = {}
     targets: list[dict[str, Any]] = []
+    seen: set[Any] = set()  # their target_ids
     for d in dirs:
         try:
             if Path(d).is_file():  # its targets are resolved already (no TVM needed)
@@ -191,7 +192,10 @@ def read_corpus(dirs: list[str | Path]) -> tuple[list[str], dict[str, Any]]:
             raise TlmError(f"unreadable sampling directory {d}: {first_line(err)}") from None
         meta.setdefault("target", manifest.get("target"))
         meta.setdefault("target_id", manifest.get("target_id"))
-        targets.extend(t for t in found if t.get("target_id") not in {u.get("target_id") for u in targets})
+        for t in found:
+            if t.get("target_id") not in seen:
+                seen.add(t.get("target_id"))
+                targets.append(t)
     return sentences, dict(meta, targets=targets)
 
 
@@ -217,15 +221,14 @@ def _is_dirs(data) -> bool:
 
 
 def pretrain(data: str | Path | list[str], out: str | Path, config: PretrainConfig | None = None, *,
-             tasks=None, target=None, progress: bool = True, meta: dict[str, Any] | None = None,
+             target=None, progress: bool = True, meta: dict[str, Any] | None = None,
              words: set[str] | None = None, vocab_only: bool = False) -> dict[str, Any]:
     """Pretrain a model on sampled sentences: a sampling directory, a list of them (several
     targets: one model for all), or a list of sentences.
 
-    Resumes from `out/checkpoint` when present (the saved train.json must agree). `tasks` add
-    the enumerated choices of their spaces for `target` to the vocabulary, `words` any others
-    (the space words of more targets); `meta` joins tlm.json (e.g. the `targets` of sentences
-    given as a list). `vocab_only`: write `out/tokenizer.json` and stop (build the vocabulary
+    Resumes from `out/checkpoint` when present (the saved train.json must agree). `words` join
+    the vocabulary (`tlm.model.lm.space_words`: the enumerated choices of tasks' spaces, for one
+    target or several); `meta` joins tlm.json (e.g. the `targets` of sentences given as a list). `vocab_only`: write `out/tokenizer.json` and stop (build the vocabulary
     where TVM is, train where the GPU is: a later run on `out` keeps that tokenizer).
     Returns the final losses.
     """
@@ -262,10 +265,7 @@ def pretrain(data: str | Path | list[str], out: str | Path, config: PretrainConf
 
         tokenizer = Tokenizer.from_file(str(tok_path))
     else:
-        all_words = sentence_words(sentences) | (words or set())
-        if tasks:
-            all_words |= space_words(tasks, target)
-        tokenizer = build_tokenizer(all_words)
+        tokenizer = build_tokenizer(sentence_words(sentences) | (words or set()))
         save_tokenizer(tokenizer, out)
     vocab = Vocab(tokenizer)
     if vocab_only:
