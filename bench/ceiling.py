@@ -2,6 +2,7 @@
 
     python bench/ceiling.py [--part ops] [--budget 32g] [--rounds 7] [--only NAME] [--out bench/results]
     python bench/ceiling.py --part matmul [--trials 512] [--variants packed unpacked] [--rounds 7]
+    python bench/ceiling.py --part workloads --from results/full-llvm-znver5-2c
 
 Part `ops` (tlm.graph.passes): the single ops that the issue measured, each as a small PyTorch
 model on its real shape:
@@ -23,7 +24,10 @@ measurements, weights pre-packed (today's default) and not, GFLOPS of the best p
 16/64/128/256/512 measurements (the measurer's timing) against PyTorch's addmm on the same shape
 and threads (timed interleaved with the two whole one-op models and ONNX Runtime).
 
-Writes OUT/ceiling.{json,md} (each part keeps the other's results).
+Part `workloads` (bench/ceiling_workloads.py): the end-to-end targets, MetaSchedule at 64g
+against ONNX Runtime, read from a `tlm eval --suite full` run (it measures nothing itself).
+
+Writes OUT/ceiling.{json,md} (each part keeps the others' results, and names the machine it ran on).
 """
 
 from __future__ import annotations
@@ -211,7 +215,9 @@ def _matmul_lines(mm: dict, created: str) -> list[str]:
     cps = sorted({int(c) for v in mm["variants"].values() for c in v["gflops_after"]})
     cmd = (f"python bench/ceiling.py --part matmul --trials {mm['trials']} --variants {' '.join(mm['variants'])} "
            f"--rounds {mm['rounds']}")
-    lines = ["", "## The search's ceiling: bert_base's matmul (128x768x768 + bias)", "",
+    mach = mm.get("machine") or {}
+    where = f" ({mach['cpu']}, {mach['isa']}, {mach['threads']} threads)" if mach else ""
+    lines = ["", f"## The search's ceiling: bert_base's matmul (128x768x768 + bias){where}", "",
              f"Run {created} with `{cmd}`. MetaSchedule (evolutionary search, XGBoost cost model) "
              "through the checked measurer; GFLOPS of the best program after the first N measurements "
              "(task FLOPs / the measurer's median), and that as a share of PyTorch's `torch.addmm` on the "
@@ -235,21 +241,28 @@ def _fmt(v) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def write(out: Path, rows: list[dict], args, target, matmul: dict | None = None) -> None:
+def machine(target) -> dict:
+    return {"target": target.config, "cpu": target.cpu, "isa": target.isa, "threads": target.cores}
+
+
+def write(out: Path, rows: list[dict], args, ops_machine: dict, matmul: dict | None = None,
+          workloads: dict | None = None) -> None:
+    """`ops_machine`: where the ops rows ran (machine()); matmul and workloads name their own."""
     out.mkdir(parents=True, exist_ok=True)
     created = time.strftime("%Y-%m-%d %H:%M:%S")
     (out / "ceiling.json").write_text(json.dumps(
-        {"created": created, "target": target.config, "cpu": target.cpu, "isa": target.isa, "threads": target.cores,
-         "budget": args.budget, "rounds": args.rounds, "ops": rows, "matmul": matmul}, indent=1))
+        {"created": created, **ops_machine, "budget": args.budget, "rounds": args.rounds, "ops": rows,
+         "matmul": matmul, "workloads": workloads}, indent=1))
     cmd = f"python bench/ceiling.py --part ops --budget {args.budget} --rounds {args.rounds}"
+    om = ops_machine
     lines = [
-        f"# The compiler's ceiling: before/after ({target.cpu}, {target.isa}, {target.cores} threads)", "",
+        "# The compiler's ceiling: before/after", "",
+        f"## Single ops (tlm.graph.passes; {om['cpu']}, {om['isa']}, {om['threads']} threads)", "",
         f"Rows run {', '.join(sorted({r.get('created', created) for r in rows}))} with `{cmd}` "
         f"(`--only` reruns replace their rows). Same random-program budget ({args.budget}, checked measurer) "
         "before and after; whole one-op models built from those records, outputs checked against "
         f"PyTorch; all contenders timed interleaved, median of {args.rounds} rounds (us per call). "
         "Task sum: weight x best latency over the model's tasks, as the measurer timed them.", "",
-        "## Single ops (tlm.graph.passes)", "",
         "Fast math: TVM's scalar libm calls (before) vs vectorizable polynomials (after). Epilogue fusion:",
         "the activation in a task of its own after the reshape (before) vs in the matmul's task (after).",
         "Pre-packed weights: weights in the model's layout (before) vs packed by MetaSchedule's RewriteLayout",
@@ -274,32 +287,52 @@ def write(out: Path, rows: list[dict], args, target, matmul: dict | None = None)
               "which is what decided `PREPACK_OPS` (matmuls yes, convs no)."]
     if matmul:
         lines += _matmul_lines(matmul, matmul.get("created", created))
+    if workloads:
+        from ceiling_workloads import workload_lines
+
+        lines += workload_lines(workloads, workloads.get("created", created))
     (out / "ceiling.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--part", choices=("ops", "matmul"), default="ops")
+    ap.add_argument("--part", choices=("ops", "matmul", "workloads"), default="ops")
     ap.add_argument("--budget", default="32g", help="random programs per task, before and after")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--only", default=None, help="only the ops whose name contains this (or whose change is this)")
     ap.add_argument("--trials", type=int, default=512, help="matmul: MetaSchedule measurements per variant")
     ap.add_argument("--variants", nargs="+", choices=("packed", "unpacked"), default=["packed", "unpacked"])
+    ap.add_argument("--from", dest="run", default=None, help="workloads: a `tlm eval --suite full` folder")
     args = ap.parse_args(argv)
     from tlm.graph.target import host_target
 
     target = host_target()
     old = Path(args.out) / "ceiling.json"
     prev = json.loads(old.read_text()) if old.exists() else {}
-    if args.part == "matmul":  # the ops rows stay as they are
-        matmul = dict(run_matmul(args.trials, args.variants, args.rounds, target),
-                      created=time.strftime("%Y-%m-%d %H:%M:%S"))
+    now = time.strftime("%Y-%m-%d %H:%M:%S")
+    matmul, workloads = prev.get("matmul"), prev.get("workloads")
+    if matmul and "machine" not in matmul:  # written before parts named their machine: the ops' one
+        matmul["machine"] = {k: prev.get(k) for k in ("cpu", "isa", "threads")}
+    if args.part in ("matmul", "workloads"):  # the ops rows stay as they are, with their machine
+        if args.part == "matmul":
+            matmul = dict(run_matmul(args.trials, args.variants, args.rounds, target), created=now,
+                          machine=machine(target))
+        else:
+            if not args.run:
+                raise SystemExit("ceiling: --part workloads needs --from DIR (a `tlm eval --suite full` folder)")
+            from ceiling_workloads import read_workloads
+
+            workloads = dict(read_workloads(args.run, target), created=now)
         rows = [dict(r, created=r.get("created", prev.get("created"))) for r in prev.get("ops", [])]
         args.budget, args.rounds = prev.get("budget", args.budget), prev.get("rounds", args.rounds)
-        write(Path(args.out), rows, args, target, matmul)
+        ops_machine = {k: prev[k] for k in ("target", "cpu", "isa", "threads")} if "cpu" in prev else machine(target)
+        write(Path(args.out), rows, args, ops_machine, matmul, workloads)
         return 0
+    if args.only and prev and prev.get("cpu") != target.cpu:
+        raise SystemExit(f"ceiling: the ops rows were measured on {prev.get('cpu')}, not this {target.cpu}: "
+                         "rerun them all (no --only) to replace them")
     rows = run_ops(args.budget, args.rounds, target, args.only)
     for r in rows:
         r["created"] = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -307,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         kept = [dict(r, created=r.get("created", prev.get("created"))) for r in prev.get("ops", [])]
         names = {r["op"] for r in rows}
         rows = [r for r in kept if r["op"] not in names] + rows
-    write(Path(args.out), rows, args, target, prev.get("matmul"))
+    write(Path(args.out), rows, args, machine(target), matmul, workloads)
     return 0
 
 

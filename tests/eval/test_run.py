@@ -280,3 +280,63 @@ def test_write_tables_from_databases_and_step_outputs(tmp_path):
     assert float(eff["tlm"]["gflops"]) == pytest.approx(2e6 / 2.5e-3 / 1e9)
     assert float(eff["metaschedule"]["fraction_of_peak"]) == pytest.approx(2e6 / 1e-3 / 1e9 / 100)
     assert len(list(csv.DictReader(open(tmp_path / "e2e.csv")))) == 4
+
+
+def test_tuning_databases_kept_in_git_as_shards(tmp_path):
+    """The workloads' tuning databases go to OUT/records as shards; a fresh clone (no OUT/dbs)
+    gets them back, per-budget snapshots included, and runs no step again."""
+    from tlm.eval.suites import db_dir, log_path
+    from tlm.measure.shards import shard_paths
+
+    cfg = EvalConfig.for_suite("quick", str(tmp_path), workloads=["w1"])
+    conv = fake_task("fused_conv2d", "conv2d")
+    ran = []
+
+    def fake_runner(st):  # tuning adds records: MetaSchedule 3, TLM 1 more per budget
+        ran.append(st.id)
+        if st.kind == "tune":
+            live = db_dir(cfg, "w1", st.method)
+            with open_db(live) as db:
+                for _ in range(3 if st.method == "metaschedule" else 1):
+                    db.add_record(conv, "key", [], [1e-3], proposer=st.method)
+            if st.method == "tlm":
+                snapshot(live, st.outputs[0])
+        for p in st.outputs:
+            if p.endswith((".json", ".csv")):
+                os.makedirs(os.path.dirname(p), exist_ok=True)
+                open(p, "w").write("{}")
+
+    def counts():
+        out = {}
+        for name in ("metaschedule", "tlm", "tlm@0", "tlm@1g", "tlm@10g"):
+            with open_db(db_dir(cfg, "w1", name)) as db:
+                out[name] = db.count(None, "key", None)
+        return out
+
+    assert evaluate(cfg, runner=fake_runner, log=lambda *_: None) == 0
+    assert counts() == {"metaschedule": 3, "tlm": 3, "tlm@0": 1, "tlm@1g": 2, "tlm@10g": 3}
+    assert {p.parent.parent.name for p in shard_paths(tmp_path / "records" / "w1" / "tlm@1g")} == {"tlm@1g"}
+    shutil.rmtree(tmp_path / "dbs")  # a fresh clone: the logs and shards are committed, the databases not
+    ran.clear()
+    assert evaluate(cfg, runner=fake_runner, log=lambda *_: None) == 0
+    assert not ran and counts() == {"metaschedule": 3, "tlm": 3, "tlm@0": 1, "tlm@1g": 2, "tlm@10g": 3}
+    # An interrupted step resumes from its records; a rerun writes only new shards.
+    before = set(shard_paths(tmp_path / "records" / "w1" / "metaschedule"))
+    os.unlink(log_path(cfg, "tune:w1:metaschedule@16g"))
+    assert evaluate(cfg, runner=fake_runner, log=lambda *_: None) == 0
+    assert ran == ["tune:w1:metaschedule@16g"] and counts()["metaschedule"] == 6
+    assert before < set(shard_paths(tmp_path / "records" / "w1" / "metaschedule"))
+
+
+def test_snapshot_is_a_database_of_its_own(tmp_path):
+    """A snapshot of a database that has flushed shards still writes all its records."""
+    from tlm.measure.shards import flush
+
+    t = fake_task("fused_dense", "dense")
+    with open_db(str(tmp_path / "live")) as live:
+        live.add_record(t, "key", [], [1e-3], proposer="tlm")
+        assert flush(live, tmp_path / "shards-live").records == 1
+        live.add_record(t, "key", [], [2e-3], proposer="tlm")
+    snapshot(str(tmp_path / "live"), str(tmp_path / "snap"))
+    with open_db(str(tmp_path / "snap")) as snap:
+        assert flush(snap, tmp_path / "shards-snap").records == 2

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -142,27 +141,13 @@ def model_contenders(root: str | Path, skip: str | None = None) -> list[tuple[st
             for t in sorted(d.glob("tlm@*"), key=lambda t: int(t.name.split("@")[1]))]
 
 
-@contextmanager
 def persisted(db_root: str, shards: Path, tlm_ks: list[int], ms_ks: list[int], model: str | None = None):
-    """The contenders' databases, kept in git as append-only record shards (SHARDS/NAME/, the
-    corpus' format, tlm.measure.shards): each database first takes in the shards it lacks (a
-    fresh clone resumes the run), and writes its new records as new shards at the end, also when
-    interrupted."""
-    from tlm.measure.database import open_db
-    from tlm.measure.shards import flush, ingest
+    """The contenders' databases, kept in git as append-only record shards (SHARDS/NAME/,
+    tlm.measure.shards.kept_in_git): a fresh clone resumes the run."""
+    from tlm.measure.shards import kept_in_git
 
     names = [name for name, _, _ in contenders(tlm_ks, ms_ks, model) + model_contenders(shards, model)]
-    for name in names:
-        if (shards / name).is_dir():
-            with open_db(os.path.join(db_root, name)) as db:
-                ingest(db, shards / name)
-    try:
-        yield
-    finally:
-        for name in names:
-            if os.path.isfile(os.path.join(db_root, name, "records.sqlite")):
-                with open_db(os.path.join(db_root, name)) as db:
-                    flush(db, shards / name)
+    return kept_in_git(db_root, shards, names)
 
 
 def run_heldout(picked: list[tuple[str, Any]], db_root: str, target, tlm_ks: list[int], ms_ks: list[int],

@@ -20,24 +20,29 @@ import shutil
 import sqlite3
 import statistics
 import time
-from contextlib import closing
+from contextlib import ExitStack, closing
 from pathlib import Path
 from typing import Any, Callable
 
 from tlm.errors import TlmError
-from tlm.eval.suites import EvalConfig, SUITES, Step, build_plan, db_dir, describe_plan, log_path, run_plan
+from tlm.eval.suites import (EvalConfig, SUITES, Step, build_plan, db_dir, describe_plan, log_path, run_plan,
+                             workload_dbs)
 from tlm.eval.tables import representatives, write_csv, write_tables
 
 
 def snapshot(src_dir: str, dst_dir: str) -> None:
-    """Copy a record database consistently (sqlite backup), atomically into `dst_dir`."""
-    from tlm.measure.database import DB_FILE
+    """Copy a record database consistently (sqlite backup), atomically into `dst_dir`; the copy
+    is a database of its own to the shard folders (tlm.measure.shards.forget_shards)."""
+    from tlm.measure.database import DB_FILE, open_db
+    from tlm.measure.shards import forget_shards
 
     shutil.rmtree(tmp := dst_dir + ".tmp", ignore_errors=True)
     os.makedirs(tmp)
     with closing(sqlite3.connect(os.path.join(src_dir, DB_FILE))) as src, \
             closing(sqlite3.connect(os.path.join(tmp, DB_FILE))) as dst:
         src.backup(dst)
+    with open_db(tmp) as db:
+        forget_shards(db)
     shutil.rmtree(dst_dir, ignore_errors=True)
     os.replace(tmp, dst_dir)
 
@@ -170,10 +175,11 @@ class Runner:
         live = db_dir(self.cfg, st.workload, st.method)
 
         def run():
-            tune(self.tasks(st.workload), st.method, st.budget, live, target=self.target,
-                 config=TuneConfig(seed=self.cfg.seed), progress=True)
-            if st.method == "tlm":
-                snapshot(live, st.outputs[0])  # what this budget compiles; the next one continues `live`
+            with workload_dbs(self.cfg, st.workload):  # its records go to git at the step's end, or its interruption
+                tune(self.tasks(st.workload), st.method, st.budget, live, target=self.target,
+                     config=TuneConfig(seed=self.cfg.seed), progress=True)
+                if st.method == "tlm":
+                    snapshot(live, st.outputs[0])  # what this budget compiles; the next one continues `live`
         self._logged(st, run, live, st.method)
 
     def _subgraph(self, st: Step) -> None:
@@ -304,11 +310,15 @@ def evaluate(cfg: EvalConfig, dry_run: bool = False, runner=None, log=print, rep
     if cfg.heldout_tasks and isinstance(runner, Runner):
         cfg.heldout_model = runner.heldout_tlm()[1]
     cfg.save()
-    status = {} if report_only else run_plan(build_plan(cfg), runner, log)
+    with ExitStack() as kept:  # the tuning databases come back from git first: steps they hold are done
+        for w in cfg.workloads if cfg.e2e else []:
+            kept.enter_context(workload_dbs(cfg, w))
+        status = {} if report_only else run_plan(build_plan(cfg), runner, log)
+        if isinstance(runner, Runner):
+            write_tables(cfg, {w: runner.tasks(w) for w in cfg.workloads} if cfg.e2e else {}, runner.target.key)
     if isinstance(runner, Runner):
         from tlm.eval.heldout import heldout_rows
 
-        write_tables(cfg, {w: runner.tasks(w) for w in cfg.workloads} if cfg.e2e else {}, runner.target.key)
         if cfg.heldout_tasks and (picked := runner.heldout()):
             with runner.heldout_dbs():
                 rows = heldout_rows(picked, os.path.join(cfg.out, "dbs", "heldout"), runner.target.key,

@@ -120,6 +120,18 @@ def db_dir(cfg: EvalConfig, workload: str, name: str) -> str:
     return os.path.join(cfg.out, "dbs", slug(workload), name)
 
 
+def workload_dbs(cfg: EvalConfig, workload: str):
+    """The workload's tuning databases (MetaSchedule's, TLM's live one and its per-budget
+    snapshots) kept in git as record shards OUT/records/WORKLOAD/NAME while open
+    (tlm.measure.shards.kept_in_git): a fresh clone on the same hardware resumes the run and
+    rewrites the report without measuring anything twice."""
+    from tlm.measure.shards import kept_in_git
+
+    names = ["metaschedule", "tlm"] + [f"tlm@{b}" for b in cfg.tlm_budgets]
+    return kept_in_git(os.path.join(cfg.out, "dbs", slug(workload)), Path(cfg.out) / "records" / slug(workload),
+                       names)
+
+
 def log_path(cfg: EvalConfig, step_id: str) -> str:
     return os.path.join(cfg.out, "logs", slug(step_id) + ".json")
 

@@ -32,9 +32,10 @@ import statistics
 import tempfile
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from tlm.errors import TlmError
@@ -176,6 +177,34 @@ def flush(db: Database, corpus: str | os.PathLike) -> FlushReport:
 
     db.transaction(note)
     return report
+
+
+def forget_shards(db: Database) -> None:
+    """Make `db` new to every shard folder: a copy of another database (an sqlite backup) must not
+    share its uid or its notes of what was exported and ingested, or its first flush would skip
+    the records the original had flushed."""
+    keys = (_META_UID, _META_UPTO, _META_TASKS, _META_INGESTED)
+    db.transaction(lambda c: c.execute(f"DELETE FROM meta WHERE key IN ({', '.join('?' * len(keys))})", keys))
+
+
+@contextmanager
+def kept_in_git(db_root: str | os.PathLike, shards: str | os.PathLike, names: Sequence[str]) -> Iterator[None]:
+    """Record databases DB_ROOT/NAME kept in git as shard folders SHARDS/NAME (the corpus' format):
+    each database first takes in the shards it lacks (a fresh clone resumes where the committed
+    shards end), and writes its new records as new shards on the way out, also when interrupted."""
+    from tlm.measure.database import open_db
+
+    for name in names:
+        if (Path(shards) / name).is_dir():
+            with open_db(os.path.join(db_root, name)) as db:
+                ingest(db, Path(shards) / name)
+    try:
+        yield
+    finally:
+        for name in names:
+            if os.path.isfile(os.path.join(db_root, name, "records.sqlite")):
+                with open_db(os.path.join(db_root, name)) as db:
+                    flush(db, Path(shards) / name)
 
 
 def shard_paths(corpus: str | os.PathLike) -> list[Path]:
