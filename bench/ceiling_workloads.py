@@ -54,7 +54,8 @@ def read_workloads(run_dir: str, target) -> dict:
                      "ratio": ms / ort if ms and ort else None, "target": TARGETS[w],
                      "matches": e2e.get(label, {}).get("matches"), "tasks": len(tasks), "tuned_tasks": len(held),
                      "task_sum_us": total, "compute_share": compute_us / total if total else None,
-                     "compute_gflops": sum(flops.values()) / compute_us / 1e3 if compute_us else None, "top": [dict(h, share=h["us"] / total) for h in held[:TOP]],
+                     "compute_gflops": sum(flops.values()) / compute_us / 1e3 if compute_us else None,
+                     "top": [dict(h, share=h["us"] / total) for h in held[:TOP]],
                      "tlm": {k: r.get("e2e_ms") for k, r in e2e.items() if k.startswith("tlm@")},
                      "rounds": e2e.get(label, {}).get("rounds")})
     cmd = (f"tlm eval --suite {cfg.suite} --workloads {' '.join(cfg.workloads)} --heldout-tasks {cfg.heldout_tasks} "
