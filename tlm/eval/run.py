@@ -175,7 +175,7 @@ class Runner:
         live = db_dir(self.cfg, st.workload, st.method)
 
         def run():
-            with workload_dbs(self.cfg, st.workload):  # its records go to git at the step's end, or its interruption
+            with workload_dbs(self.cfg, st.workload):  # to git at the step's end or its interruption
                 tune(self.tasks(st.workload), st.method, st.budget, live, target=self.target,
                      config=TuneConfig(seed=self.cfg.seed), progress=True)
                 if st.method == "tlm":

@@ -39,7 +39,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from tlm.errors import TlmError
-from tlm.measure.database import Database
+from tlm.measure.database import Database, open_db
 
 SHARD_VERSION = 1
 SUFFIX = ".jsonl.xz"
@@ -192,8 +192,6 @@ def kept_in_git(db_root: str | os.PathLike, shards: str | os.PathLike, names: Se
     """Record databases DB_ROOT/NAME kept in git as shard folders SHARDS/NAME (the corpus' format):
     each database first takes in the shards it lacks (a fresh clone resumes where the committed
     shards end), and writes its new records as new shards on the way out, also when interrupted."""
-    from tlm.measure.database import open_db
-
     for name in names:
         if (Path(shards) / name).is_dir():
             with open_db(os.path.join(db_root, name)) as db:
