@@ -63,9 +63,11 @@ def test_other_objectives_learn_within_each_task(measured, tasks, host, tmp_path
     groups = training_groups(measured, host, tasks)
     model = CostModel(CostModelConfig(trees=50, objective=objective)).fit(groups)
     # Fitted on these programs, its top pick is among the faster half of the task whose programs
-    # differ most (ndcg's labels are steps of a quarter of log latency: ties within a few percent)
+    # differ most; ndcg's labels are steps of a quarter of log latency, so programs up to e^0.25 =
+    # 1.28x apart can share a label (a tie it may break either way; seen: 1.06x beside a busy CPU)
     x, lat = max(groups, key=lambda g: max(g[1]) / min(g[1]))
-    assert lat[int(np.argmax(model.predict(x)))] <= sorted(lat)[len(lat) // 2] * 1.05
+    tie = math.exp(0.25) if objective == "ndcg" else 1.05
+    assert lat[int(np.argmax(model.predict(x)))] <= sorted(lat)[len(lat) // 2] * tie
     model.save(tmp_path / objective)
     assert CostModel.load(tmp_path / objective).config.objective == objective
     with pytest.raises(TlmError, match="objective"):
