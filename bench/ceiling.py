@@ -317,8 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     prev = json.loads(old.read_text()) if old.exists() else {}
     now = time.strftime("%Y-%m-%d %H:%M:%S")
     matmul, workloads = prev.get("matmul"), prev.get("workloads")
-    if matmul and "machine" not in matmul:  # written before parts named their machine: the ops' one
-        matmul["machine"] = {k: prev.get(k) for k in ("cpu", "isa", "threads")}
+    kept = [dict(r, created=r.get("created", prev.get("created"))) for r in prev.get("ops", [])]
     if args.part in ("matmul", "workloads"):  # the ops rows stay as they are, with their machine
         if args.part == "matmul":
             matmul = dict(run_matmul(args.trials, args.variants, args.rounds, target), created=now,
@@ -328,8 +327,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit("ceiling: --part workloads needs --from DIR (a `tlm eval --suite full` folder)")
             from ceiling_workloads import read_workloads
 
-            workloads = dict(read_workloads(args.run, target), created=now)
-        rows = [dict(r, created=r.get("created", prev.get("created"))) for r in prev.get("ops", [])]
+            workloads = dict(read_workloads(args.run, target), created=now, machine=machine(target))
+        rows = kept
         args.budget, args.rounds = prev.get("budget", args.budget), prev.get("rounds", args.rounds)
         ops_machine = {k: prev[k] for k in ("target", "cpu", "isa", "threads")} if "cpu" in prev else machine(target)
         write(Path(args.out), rows, args, ops_machine, matmul, workloads)
@@ -341,7 +340,6 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         r["created"] = time.strftime("%Y-%m-%d %H:%M:%S")
     if args.only and prev:  # a partial run replaces its rows and keeps the others
-        kept = [dict(r, created=r.get("created", prev.get("created"))) for r in prev.get("ops", [])]
         names = {r["op"] for r in rows}
         rows = [r for r in kept if r["op"] not in names] + rows
     write(Path(args.out), rows, args, machine(target), matmul, workloads)

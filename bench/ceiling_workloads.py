@@ -20,18 +20,17 @@ TOP = 4  # tasks named per workload
 
 
 def read_workloads(run_dir: str, target) -> dict:
-    """{"run": dir, "machine": {...}, "peak_gflops": .., "rows": [...]} from a `tlm eval` folder."""
+    """{"run": dir, "command": .., "peak_gflops": .., "rows": [...]} from a `tlm eval` folder (the
+    caller adds the machine, as for every part of bench/ceiling.py)."""
     from tlm.eval.suites import COMPUTE_KINDS, EvalConfig, db_dir, workload_dbs
     from tlm.graph.extract import tasks_for_source
     from tlm.measure.database import open_db
     from tlm.measure.shards import hardware_slug
 
-    run = Path(run_dir)
-    cfg_json = json.loads((run / "config.json").read_text())
-    if cfg_json.get("hardware") != hardware_slug(target.key):  # its task hashes and records are this machine's
-        raise SystemExit(f"ceiling: {run}/config.json is a run on {cfg_json.get('hardware')}, "
+    run, cfg = Path(run_dir), EvalConfig.load(run_dir)
+    if cfg.hardware != hardware_slug(target.key):  # its task hashes and records are this machine's
+        raise SystemExit(f"ceiling: {run}/config.json is a run on {cfg.hardware}, "
                          f"not this {hardware_slug(target.key)}; run this part there")
-    cfg = EvalConfig(**{k: v for k, v in cfg_json.items() if k in EvalConfig.__dataclass_fields__})
     peak = json.loads((run / "peak.json").read_text())["gflops"] if (run / "peak.json").is_file() else None
     label = f"metaschedule@{cfg.ms_budget}"
     rows = []
@@ -45,23 +44,22 @@ def read_workloads(run_dir: str, target) -> dict:
         with workload_dbs(cfg, w), open_db(db_dir(cfg, w, "metaschedule")) as db:
             best = db.best_by_task(target.key)
         held = sorted(({"task": t.name, "kind": t.kind, "weight": t.weight, "us": t.weight * best[t.hash] * 1e6,
-                        "gflops": t.flops / best[t.hash] / 1e9 if t.flops else None}
+                        "flops": t.weight * t.flops, "gflops": t.flops / best[t.hash] / 1e9 if t.flops else None}
                        for t in tasks if t.hash in best), key=lambda h: -h["us"])
         total = sum(h["us"] for h in held)
-        flops = {t.hash: t.weight * t.flops for t in tasks if t.hash in best and t.kind in COMPUTE_KINDS and t.flops}
-        compute_us = sum(t.weight * best[t.hash] * 1e6 for t in tasks if t.hash in flops)
+        compute = [h for h in held if h["kind"] in COMPUTE_KINDS and h["flops"]]
+        compute_us = sum(h["us"] for h in compute)
         rows.append({"workload": w, "ms_budget": cfg.ms_budget, "ms_ms": ms, "onnxruntime_ms": ort, "pytorch_ms": pt,
                      "ratio": ms / ort if ms and ort else None, "target": TARGETS[w],
                      "matches": e2e.get(label, {}).get("matches"), "tasks": len(tasks), "tuned_tasks": len(held),
                      "task_sum_us": total, "compute_share": compute_us / total if total else None,
-                     "compute_gflops": sum(flops.values()) / compute_us / 1e3 if compute_us else None,
+                     "compute_gflops": sum(h["flops"] for h in compute) / compute_us / 1e3 if compute_us else None,
                      "top": [dict(h, share=h["us"] / total) for h in held[:TOP]],
                      "tlm": {k: r.get("e2e_ms") for k, r in e2e.items() if k.startswith("tlm@")},
                      "rounds": e2e.get(label, {}).get("rounds")})
     cmd = (f"tlm eval --suite {cfg.suite} --workloads {' '.join(cfg.workloads)} --heldout-tasks {cfg.heldout_tasks} "
            f"--out {run}")
-    return {"run": str(run), "command": cmd, "machine": {"cpu": target.cpu, "isa": target.isa, "threads": target.cores},
-            "peak_gflops": peak, "rows": rows}
+    return {"run": str(run), "command": cmd, "peak_gflops": peak, "rows": rows}
 
 
 def workload_lines(part: dict, created: str) -> list[str]:

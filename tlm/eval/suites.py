@@ -74,6 +74,14 @@ class EvalConfig:
                            f"least {max(cfg.subgraph_ks)}g (have {cfg.ms_budget})")
         return cfg
 
+    @classmethod
+    def load(cls, out: str | os.PathLike) -> EvalConfig:
+        """The config a run saved in OUT/config.json (`save`); keys of other tlm versions are dropped."""
+        path = Path(out) / "config.json"
+        if not path.is_file():
+            raise TlmError(f"{out}: no tlm eval run there (no config.json)")
+        return cls(**{k: v for k, v in json.loads(path.read_text()).items() if k in cls.__dataclass_fields__})
+
     def save(self) -> None:
         """Write OUT/config.json; a resumed run must keep the budgets and seed (else a new --out)."""
         path = Path(self.out) / "config.json"

@@ -228,8 +228,9 @@ def pretrain(data: str | Path | list[str], out: str | Path, config: PretrainConf
 
     Resumes from `out/checkpoint` when present (the saved train.json must agree). `words` join
     the vocabulary (`tlm.model.lm.space_words`: the enumerated choices of tasks' spaces, for one
-    target or several); `meta` joins tlm.json (e.g. the `targets` of sentences given as a list). `vocab_only`: write `out/tokenizer.json` and stop (build the vocabulary
-    where TVM is, train where the GPU is: a later run on `out` keeps that tokenizer).
+    target or several); `meta` joins tlm.json (e.g. the `targets` of sentences given as a list).
+    `vocab_only`: write `out/tokenizer.json` and stop (build the vocabulary where TVM is, train
+    where the GPU is: a later run on `out` keeps that tokenizer).
     Returns the final losses.
     """
     import torch
