@@ -23,7 +23,10 @@ The held-out mode trains nothing: each --models cost model ranks the programs me
 held-out benchmark (`tlm eval --suite heldout`; tasks that no corpus record has, so unseen by every
 cost model), read from its committed shards (DIR/heldout/records). Two pools per task: every
 program measured by any contender (MetaSchedule, random, TLM), and the random programs alone (an
-unbiased sample of the space, as a model's raw samples are closer to than the tuned ones).
+unbiased sample of the space, as a model's raw samples are closer to than the tuned ones). DIR may
+also be a full eval's (`tlm eval --suite full`, shards in DIR/records/WORKLOAD): one pool per
+workload, every program its contenders measured (the test workloads' tasks, unseen by the corpus);
+it writes OUT/costmodel-e2e-tasks.{json,md}.
 Writes OUT/costmodel-heldout.{json,md}.
 """
 
@@ -52,21 +55,27 @@ class Score:
     def __init__(self) -> None:
         self.pick: list[float] = []
         self.hit2 = self.hit4 = 0.0
+        self.w_pick = self.w_best = 0.0  # sum of weight x latency: what a whole model would run
 
-    def add(self, lat, order) -> None:
+    def add(self, lat, order, weight: float = 1.0) -> None:
         best = lat.min()
         self.pick.append(float(lat[order[0]] / best))
         self.hit2 += bool(lat[order[:2]].min() == best)
         self.hit4 += bool(lat[order[:4]].min() == best)
+        self.w_pick += weight * float(lat[order[0]])
+        self.w_best += weight * float(best)
 
-    def add_random(self, lat) -> None:
+    def add_random(self, lat, weight: float = 1.0) -> None:
         self.pick.append(float((lat / lat.min()).mean()))
         self.hit2 += min(1.0, 2 / len(lat))
         self.hit4 += min(1.0, 4 / len(lat))
+        self.w_pick += weight * float(lat.mean())
+        self.w_best += weight * float(lat.min())
 
     def summary(self) -> dict:
         n = len(self.pick)
         return {"tasks": n, "top1_vs_best": _geomean(self.pick) if n else None,
+                "weighted_vs_best": self.w_pick / self.w_best if n else None,
                 "best_in_top2": self.hit2 / n if n else None, "best_in_top4": self.hit4 / n if n else None}
 
 
@@ -194,16 +203,25 @@ def heldout(args, argv) -> int:
         models[label] = CostModel.load(path)
     if not models:
         raise SystemExit("--heldout needs --models LABEL=DIR ...")
+    # The held-out benchmark's shards: DIR/heldout/records/<contender>[/<k>]/<hardware>/*.jsonl.xz;
+    # a full eval's: DIR/records/<workload>/<contender>/<hardware>/*.jsonl.xz. ingest() reads <dir>/*/*.
     root = Path(args.heldout) / "heldout" / "records"
-    # A contender's shards: root/<contender>[/<k>]/<hardware>/*.jsonl.xz; ingest() reads <dir>/*/*.
-    dirs = sorted({p.parent.parent for p in root.rglob(f"*{SUFFIX}")})
+    full_eval = not root.is_dir()
+    if not full_eval:
+        dirs = sorted({p.parent.parent for p in root.rglob(f"*{SUFFIX}")})
+        pools = {"all measured": dirs, "random only": [d for d in dirs if d.name == "random"]}
+    else:
+        root = Path(args.heldout) / "records"
+        dirs = sorted({p.parent.parent for p in root.rglob(f"*{SUFFIX}")}) if root.is_dir() else []
+        pools = {f"{w} all measured": [d for d in dirs if d.parent.name == w]
+                 for w in sorted({d.parent.name for d in dirs})}
     if not dirs:
         raise SystemExit(f"--heldout {args.heldout}: no record shards under {root}")
-    pools = {"all measured": dirs, "random only": [d for d in dirs if d.name == "random"]}
     scores: dict[tuple[str, str, str], Score] = {}
     counts: dict[tuple[str, str], tuple[int, int]] = {}
     for pool, pool_dirs in pools.items():
         db_dir = Path(args.work) / "heldout-db" / Path(args.heldout).resolve().name / pool.split()[0]
+        db_dir.parent.mkdir(parents=True, exist_ok=True)
         with open_db(str(db_dir)) as db:
             for d in pool_dirs:
                 ingest(db, d)
@@ -215,13 +233,13 @@ def heldout(args, argv) -> int:
                 counts[(pool, target.cpu)] = (len(groups), sum(len(g[2]) for g in groups))
                 for label in ["random pick", *models]:
                     sc = scores.setdefault((pool, target.cpu, label), Score())
-                    for _, x, lat in groups:
+                    for task, x, lat in groups:
                         ok = ~np.isnan(x).any(axis=1)  # programs whose features exist (all of them, in practice)
                         x, lat = x[ok], np.asarray(lat)[ok]
                         if label == "random pick":
-                            sc.add_random(lat)
+                            sc.add_random(lat, task.weight)
                         else:
-                            sc.add(lat, models[label].order(x))
+                            sc.add(lat, models[label].order(x), task.weight)
         print(f"{pool}: done ({time.time() - t0:.0f} s)", flush=True)
     rows = [{"pool": pool, "cpu": cpu, "contender": label, "programs": counts[(pool, cpu)][1], **sc.summary()}
             for (pool, cpu, label), sc in scores.items()]
@@ -229,17 +247,22 @@ def heldout(args, argv) -> int:
            "host": hardware_slug(resolve_target(None).key), "models": dict(m.partition("=")[::2] for m in args.models),
            "seconds": round(time.time() - t0), "rows": rows}
     fmt = lambda v, d: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
-    lines = ["# Cost models on the held-out benchmark's measured programs", "",
+    name, what = (("costmodel-e2e-tasks", "the full eval's measured programs (the test workloads' tasks)")
+                  if full_eval else ("costmodel-heldout", "the held-out benchmark's measured programs"))
+    lines = [f"# Cost models on {what}", "",
              f"`{res['command']}` (run on {res['host']}, {time.strftime('%Y-%m-%d')}, {res['seconds']} s; nothing "
              "measured). Models: " + ", ".join(f"{k} = `{v}`" for k, v in res["models"].items()) + ".", "",
-             "Tasks: the held-out benchmark's (no corpus record has them), those with at least 4 correct programs "
-             "in the pool. Per task the model ranks the pool; lower top pick / best is better.", "",
-             "| pool | CPU | contender | tasks | programs | top pick / task best (geomean) | best in top 2 | "
-             "best in top 4 |", "|---|---|---|---:|---:|---:|---:|---:|"]
+             f"Tasks: {'the test workloads' if full_eval else 'the held-out benchmark'}'s (no corpus record has "
+             "them), those with at least 4 correct programs "
+             "in the pool. Per task the model ranks the pool; lower top pick / best is better. Weighted: "
+             "the sum over tasks of weight x the top pick's latency over the same sum of each task's best "
+             "(what a whole model built from the top picks would run, task time only).", "",
+             "| pool | CPU | contender | tasks | programs | top pick / task best (geomean) | weighted | "
+             "best in top 2 | best in top 4 |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['pool']} | {r['cpu']} | {r['contender']} | {r['tasks']} | {r['programs']} | "
-              f"{fmt(r['top1_vs_best'], 3)} | {fmt(r['best_in_top2'], 2)} | {fmt(r['best_in_top4'], 2)} |"
-              for r in rows]
-    return _write(Path(args.out), "costmodel-heldout", res, lines)
+              f"{fmt(r['top1_vs_best'], 3)} | {fmt(r.get('weighted_vs_best'), 3)} | {fmt(r['best_in_top2'], 2)} | "
+              f"{fmt(r['best_in_top4'], 2)} |" for r in rows]
+    return _write(Path(args.out), name, res, lines)
 
 
 if __name__ == "__main__":
