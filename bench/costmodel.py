@@ -23,11 +23,10 @@ The held-out mode trains nothing: each --models cost model ranks the programs me
 held-out benchmark (`tlm eval --suite heldout`; tasks that no corpus record has, so unseen by every
 cost model), read from its committed shards (DIR/heldout/records). Two pools per task: every
 program measured by any contender (MetaSchedule, random, TLM), and the random programs alone (an
-unbiased sample of the space, as a model's raw samples are closer to than the tuned ones). DIR may
-also be a full eval's (`tlm eval --suite full`, shards in DIR/records/WORKLOAD): one pool per
-workload, every program its contenders measured (the test workloads' tasks, unseen by the corpus);
-it writes OUT/costmodel-e2e-tasks.{json,md}.
-Writes OUT/costmodel-heldout.{json,md}.
+unbiased sample of the space, as a model's raw samples are closer to than the tuned ones).
+Writes OUT/costmodel-heldout.{json,md}. DIR may also be a full eval's (`tlm eval --suite full`,
+shards in DIR/records/WORKLOAD): one pool per workload, every program its contenders measured (the
+test workloads' tasks, unseen by the corpus); that writes OUT/costmodel-e2e-tasks.{json,md}.
 """
 
 from __future__ import annotations
@@ -205,23 +204,18 @@ def heldout(args, argv) -> int:
         raise SystemExit("--heldout needs --models LABEL=DIR ...")
     # The held-out benchmark's shards: DIR/heldout/records/<contender>[/<k>]/<hardware>/*.jsonl.xz;
     # a full eval's: DIR/records/<workload>/<contender>/<hardware>/*.jsonl.xz. ingest() reads <dir>/*/*.
-    root = Path(args.heldout) / "heldout" / "records"
-    full_eval = not root.is_dir()
-    if not full_eval:
-        dirs = sorted({p.parent.parent for p in root.rglob(f"*{SUFFIX}")})
-        pools = {"all measured": dirs, "random only": [d for d in dirs if d.name == "random"]}
-    else:
-        root = Path(args.heldout) / "records"
-        dirs = sorted({p.parent.parent for p in root.rglob(f"*{SUFFIX}")}) if root.is_dir() else []
-        pools = {f"{w} all measured": [d for d in dirs if d.parent.name == w]
-                 for w in sorted({d.parent.name for d in dirs})}
+    full_eval = not (Path(args.heldout) / "heldout" / "records").is_dir()
+    root = Path(args.heldout) / ("records" if full_eval else "heldout/records")
+    dirs = sorted({p.parent.parent for p in root.rglob(f"*{SUFFIX}")}) if root.is_dir() else []
+    workloads = sorted({d.parent.name for d in dirs})
+    pools = ({f"{w} all measured": [d for d in dirs if d.parent.name == w] for w in workloads} if full_eval
+             else {"all measured": dirs, "random only": [d for d in dirs if d.name == "random"]})
     if not dirs:
         raise SystemExit(f"--heldout {args.heldout}: no record shards under {root}")
     scores: dict[tuple[str, str, str], Score] = {}
     counts: dict[tuple[str, str], tuple[int, int]] = {}
     for pool, pool_dirs in pools.items():
         db_dir = Path(args.work) / "heldout-db" / Path(args.heldout).resolve().name / pool.split()[0]
-        db_dir.parent.mkdir(parents=True, exist_ok=True)
         with open_db(str(db_dir)) as db:
             for d in pool_dirs:
                 ingest(db, d)
@@ -260,7 +254,7 @@ def heldout(args, argv) -> int:
              "| pool | CPU | contender | tasks | programs | top pick / task best (geomean) | weighted | "
              "best in top 2 | best in top 4 |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['pool']} | {r['cpu']} | {r['contender']} | {r['tasks']} | {r['programs']} | "
-              f"{fmt(r['top1_vs_best'], 3)} | {fmt(r.get('weighted_vs_best'), 3)} | {fmt(r['best_in_top2'], 2)} | "
+              f"{fmt(r['top1_vs_best'], 3)} | {fmt(r['weighted_vs_best'], 3)} | {fmt(r['best_in_top2'], 2)} | "
               f"{fmt(r['best_in_top4'], 2)} |" for r in rows]
     return _write(Path(args.out), name, res, lines)
 
