@@ -109,3 +109,23 @@ def test_best_before_last_round(tmp_path):
         db.add_record(u, TARGET, [], [1e-6], proposer="tlm", round=1)  # nothing before its last round
         got = db.best_before_last_round(TARGET, "tlm")
         assert got == {t.hash: pytest.approx(4e-6)}
+
+
+@pytest.mark.tvm
+def test_trace_recovered_from_sentence(tmp_path, host, matmul32):
+    """Records from corpus shards carry a language model's program as its sentence only: the
+    trace comes back from it (and is stored), so such a record compiles, never TVM's default."""
+    from tlm.space.design import plain_json, random_program
+    from tlm.space.language import render
+
+    prog = random_program(matmul32, host, rng=3)
+    with open_db(str(tmp_path / "db")) as db:
+        rec = db.add_record(matmul32, host.key, None, [2e-6], proposer="tlm", sentence=render(prog, matmul32, host))
+        rec = db.best(matmul32.hash, host.key)
+        assert rec.trace_json is None
+        assert db.trace_of(rec, matmul32) == plain_json(prog.sch.trace.as_json())
+        assert len(db.to_metaschedule(host)) == 1
+    with open_db(str(tmp_path / "db")) as db:  # stored beside the record for the next reader
+        assert db.best(matmul32.hash, host.key).trace_json == plain_json(prog.sch.trace.as_json())
+        db.add_record(matmul32, host.key, None, [1e-6], proposer="tlm", sentence="not a program")
+        assert db.trace_of(db.best(matmul32.hash, host.key), matmul32) is None

@@ -216,6 +216,8 @@ def compile_database(database, tasks, target) -> tuple[Any, list[dict[str, Any]]
     for t in tasks:
         rec = database.compile_record(t.hash, info.key)
         best = rec if rec is not None and rec.proposer != GREEDY else None
+        if best is not None and database.trace_of(best, t) is None:  # never silently TVM's default
+            best = rec = None
         measured = sum(1 for r in database.records(t.hash, info.key) if r.proposer != GREEDY)
         status = "tuned" if best else "untuned"
         if rec is not None and best is None:

@@ -100,7 +100,7 @@ def measure_first_choice(task, db, target, measure_config=None) -> None:
     if _first_choice_measured(db, task, target):
         return
     rec = next(iter(db.greedy_records(task.hash, target.key)), None)
-    if rec is None or rec.trace_json is None:
+    if rec is None or db.trace_of(rec, task) is None:  # restored from shards: its sentence names it
         return
     measurer = Measurer(target, measure_config)
     try:

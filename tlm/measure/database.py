@@ -258,9 +258,35 @@ class Database:
             return best
         failed = {r.sentence for r in self.records(task_hash, target_key) if r.error and r.sentence}
         for rec in self.greedy_records(task_hash, target_key):
-            if rec.trace_json is not None and rec.sentence not in failed:
+            if self.trace_of(rec) is not None and rec.sentence not in failed:
                 return rec
         return None
+
+    def trace_of(self, rec: Record, task: Task | None = None) -> Any:
+        """A record's trace (trace.as_json() lists): as stored, else recovered from its exact
+        sentence (record shards keep a language model's programs as sentences only, so records
+        ingested from them have none) and stored beside it for the next reader. None when the
+        record has neither, or its sentence no longer names a program of the task's space."""
+        if rec.trace_json is not None or not rec.sentence:
+            return rec.trace_json
+        from tlm.graph.target import resolve_target
+        from tlm.space.design import plain_json
+        from tlm.space.language import parse
+
+        task = task or self.task(rec.task_hash)
+        if task is None:
+            return None
+        try:
+            prog = parse(rec.sentence, task, resolve_target(json.loads(rec.target_key)))
+        except Exception:  # noqa: BLE001 - a sentence of another space version: no program
+            return None
+        rec.trace_json = plain_json(prog.sch.trace.as_json())
+        try:
+            self._tx(lambda c: c.execute("UPDATE records SET trace_json = ? WHERE id = ?",
+                                         (json.dumps(rec.trace_json), rec.id)))
+        except TlmError:  # a read-only database: recovered again next time
+            pass
+        return rec.trace_json
 
     def last_round(self, task_hash: str, target_key: str, proposer: str) -> int:
         row = self._conn.execute(
@@ -285,7 +311,7 @@ class Database:
         from tvm.s_tir.schedule import Trace
 
         sch = Schedule(task.mod)
-        Trace.apply_json_to_schedule(rec.trace_json, sch)
+        Trace.apply_json_to_schedule(self.trace_of(rec, task), sch)
         return TuningRecord(sch.trace, workload, [float(x) for x in rec.latencies_s], target,
                             ArgInfo.from_prim_func(task.mod["main"]))
 
