@@ -250,13 +250,13 @@ def machine(target) -> dict:
 
 
 def write(out: Path, rows: list[dict], args, ops_machine: dict, matmul: dict | None = None,
-          workloads: dict | None = None) -> None:
+          workloads: dict | None = None, passes: dict | None = None) -> None:
     """`ops_machine`: where the ops rows ran (machine()); matmul and workloads name their own."""
     out.mkdir(parents=True, exist_ok=True)
     created = time.strftime("%Y-%m-%d %H:%M:%S")
     (out / "ceiling.json").write_text(json.dumps(
         {"created": created, **ops_machine, "budget": args.budget, "rounds": args.rounds, "ops": rows,
-         "matmul": matmul, "workloads": workloads}, indent=1))
+         "matmul": matmul, "workloads": workloads, "passes": passes}, indent=1))
     cmd = f"python bench/ceiling.py --part ops --budget {args.budget} --rounds {args.rounds}"
     om = ops_machine
     lines = [
@@ -295,20 +295,27 @@ def write(out: Path, rows: list[dict], args, ops_machine: dict, matmul: dict | N
         from ceiling_workloads import workload_lines
 
         lines += workload_lines(workloads, workloads.get("created", created))
+    if passes:
+        from ceiling_passes import passes_lines
+
+        lines += passes_lines(passes)
     (out / "ceiling.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--part", choices=("ops", "matmul", "workloads"), default="ops")
-    ap.add_argument("--budget", default="32g", help="random programs per task, before and after")
+    ap.add_argument("--part", choices=("ops", "matmul", "workloads", "passes"), default="ops")
+    ap.add_argument("--budget", default=None, help="ops: random programs per task, before and after (default 32g); "
+                    "passes: MetaSchedule's measurements per task (default 16g)")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--only", default=None, help="only the ops whose name contains this (or whose change is this)")
     ap.add_argument("--trials", type=int, default=512, help="matmul: MetaSchedule measurements per variant")
     ap.add_argument("--variants", nargs="+", choices=("packed", "unpacked"), default=["packed", "unpacked"])
     ap.add_argument("--from", dest="run", default=None, help="workloads: a `tlm eval --suite full` folder")
+    ap.add_argument("--workloads", nargs="+", default=None, help="passes: zoo workloads (default the four targets)")
+    ap.add_argument("--work", default="work/ceiling-passes", help="passes: tuning databases (resumable)")
     args = ap.parse_args(argv)
     from tlm.graph.target import host_target
 
@@ -316,9 +323,25 @@ def main(argv: list[str] | None = None) -> int:
     old = Path(args.out) / "ceiling.json"
     prev = json.loads(old.read_text()) if old.exists() else {}
     now = time.strftime("%Y-%m-%d %H:%M:%S")
-    matmul, workloads = prev.get("matmul"), prev.get("workloads")
+    matmul, workloads, passes = prev.get("matmul"), prev.get("workloads"), prev.get("passes")
     kept = [dict(r, created=r.get("created", prev.get("created"))) for r in prev.get("ops", [])]
-    if args.part in ("matmul", "workloads"):  # the ops rows stay as they are, with their machine
+    if args.part in ("matmul", "workloads", "passes"):  # the ops rows stay as they are, with their machine
+        ops_machine = {k: prev[k] for k in ("target", "cpu", "isa", "threads")} if "cpu" in prev else machine(target)
+        if args.part == "passes":
+            from ceiling_passes import WORKLOADS, run_passes
+
+            if passes and passes["machine"]["target"] != target.config:  # rows of two CPUs never share a table
+                passes = None
+            budget, rounds = args.budget or "16g", args.rounds
+            args.budget, args.rounds = prev.get("budget"), prev.get("rounds")  # the ops rows' own
+
+            def save(rows):
+                write(Path(args.out), kept, args, ops_machine, matmul, workloads,
+                      {"rows": rows, "rounds": rounds, "machine": machine(target)})
+
+            save(run_passes(args.workloads or list(WORKLOADS), budget, rounds, target, Path(args.work),
+                            (passes or {}).get("rows"), save))
+            return 0
         if args.part == "matmul":
             matmul = dict(run_matmul(args.trials, args.variants, args.rounds, target), created=now,
                           machine=machine(target))
@@ -330,19 +353,19 @@ def main(argv: list[str] | None = None) -> int:
             workloads = dict(read_workloads(args.run, target), created=now, machine=machine(target))
         rows = kept
         args.budget, args.rounds = prev.get("budget", args.budget), prev.get("rounds", args.rounds)
-        ops_machine = {k: prev[k] for k in ("target", "cpu", "isa", "threads")} if "cpu" in prev else machine(target)
-        write(Path(args.out), rows, args, ops_machine, matmul, workloads)
+        write(Path(args.out), rows, args, ops_machine, matmul, workloads, passes)
         return 0
     if args.only and prev and prev.get("cpu") != target.cpu:
         raise SystemExit(f"ceiling: the ops rows were measured on {prev.get('cpu')}, not this {target.cpu}: "
                          "rerun them all (no --only) to replace them")
+    args.budget = args.budget or "32g"
     rows = run_ops(args.budget, args.rounds, target, args.only)
     for r in rows:
         r["created"] = time.strftime("%Y-%m-%d %H:%M:%S")
     if args.only and prev:  # a partial run replaces its rows and keeps the others
         names = {r["op"] for r in rows}
         rows = [r for r in kept if r["op"] not in names] + rows
-    write(Path(args.out), rows, args, machine(target), matmul, workloads)
+    write(Path(args.out), rows, args, machine(target), matmul, workloads, passes)
     return 0
 
 

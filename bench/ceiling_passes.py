@@ -1,0 +1,123 @@
+"""bench/ceiling.py --part passes: tlm's compiler passes before and after, whole workloads (issue 13, item 5).
+
+    python bench/ceiling.py --part passes [--workloads bert_base gpt2 resnet_50 mobilenet_v2] [--budget 16g]
+        [--rounds 7] [--work work/ceiling-passes]
+
+For each workload, the same model (same random weights) is imported twice:
+- before: TVM's own pipeline as tlm found it: scalar libm math (no `FAST_MATH`), elementwise ops
+  left after the reshapes (no `sink_reshapes`), weights in the model's layout (no pre-packing),
+  convs in NCHW;
+- after: today's default (tlm.graph.passes and tlm.graph.layout: all of the above, convs in NHWC).
+Zero pads fold into convs in both (tlm.graph.layout.fold_pads has no switch). Each variant's tasks
+are tuned by MetaSchedule with the same budget through the checked measurer, into a database of
+its own under --work (a killed run resumes there: a tuned variant is not tuned again), the whole
+model is compiled from it and its output checked against PyTorch, and then both builds, PyTorch
+eager and ONNX Runtime run interleaved on the same threads: --rounds rounds, medians.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+from typing import Callable
+
+WORKLOADS = ("bert_base", "gpt2", "resnet_50", "mobilenet_v2")
+VARIANTS = ("before", "after")
+
+
+def run_passes(workloads: list[str], budget: str, rounds: int, target, work: Path, done: dict | None = None,
+               save: Callable[[dict], None] | None = None) -> dict:
+    """{workload: row} for each workload (rows in `done` at the same budget are kept, not measured again)."""
+    import numpy as np
+    import torch
+    import tvm
+
+    from tlm.compiler.build import CompileConfig, compile_imported, onnxruntime_runner
+    from tlm.errors import quiet_stderr
+    from tlm.eval.run import interleaved
+    from tlm.graph.extract import extract_from_relax
+    from tlm.graph.importer import import_torch
+    from tlm.graph.zoo import get_workload
+    from tlm.measure.shards import hardware_slug
+    from tlm.search.base import TuneConfig
+    from tlm.search.tune import tune
+
+    torch.set_num_threads(target.cores)
+    rows = dict(done or {})
+    for w in workloads:
+        if w in rows and rows[w].get("budget") == budget:
+            continue
+        workload = get_workload(w)
+        module, inputs = workload.build()
+        row, fns = {"workload": workload.name, "budget": budget, "rounds": rounds}, {}
+        for variant in VARIANTS:
+            after = variant == "after"
+            with quiet_stderr():
+                imported = import_torch(module, inputs, source=workload.name, sink_reshapes=after,
+                                        conv_layout=None if after else "NCHW")
+                tasks = extract_from_relax(imported.mod, target, fast_math=after, prepack=after)
+            db = work / hardware_slug(target.key) / w / budget / variant
+            marker = db / "tuned"
+            t0 = time.perf_counter()
+            if not marker.exists():  # resumable: the tuner counts what the database holds
+                tune(tasks, "metaschedule", budget, str(db), target=target, config=TuneConfig(seed=0), progress=False)
+                marker.write_text(f"{time.perf_counter() - t0:.1f}\n")
+            with quiet_stderr():
+                m = compile_imported(imported, str(db), target=target, tasks=tasks,
+                                     config=CompileConfig(repeat=3, min_repeat_ms=50, compare=False, fast_math=after,
+                                                          prepack=after))
+            row[variant] = {"tasks": len(tasks), "measurements": m.measurements, "tune_s": float(marker.read_text()),
+                            "task_ms": (m.weighted_task_latency_us or 0) / 1e3, "matches": m.matches,
+                            "max_abs_diff": m.max_abs_diff, "untuned": list(m.untuned_tasks),
+                            "task_names": [t.name for t in tasks]}
+            args = [tvm.runtime.tensor(np.ascontiguousarray(x), tvm.cpu()) for x in imported.inputs]
+            fns[variant] = lambda vm=m.vm, args=args: vm["main"](*args)
+            print(f"[passes] {w} {variant}: {len(tasks)} tasks, {m.measurements} measurements, "
+                  f"output {'ok' if m.matches else 'WRONG'}", flush=True)
+        ex = imported.example_inputs
+        fns["pytorch"] = lambda mod=imported.torch_module, ex=ex: mod(*ex)
+        ort, note = onnxruntime_runner(imported, target.cores)
+        if ort is not None:
+            fns["onnxruntime"] = ort
+        else:
+            row["onnxruntime_note"] = note
+        times = interleaved(fns, rounds, min_ms=200)
+        row["ms"] = {k: statistics.median(v) for k, v in times.items()}
+        row["times_ms"] = times
+        row["created"] = time.strftime("%Y-%m-%d %H:%M:%S")
+        rows[w] = row
+        print(f"[passes] {w}: " + ", ".join(f"{k} {v:.2f} ms" for k, v in row["ms"].items()), flush=True)
+        if save is not None:  # after each workload: a killed run keeps what it timed
+            save(rows)
+    return rows
+
+
+def passes_lines(part: dict) -> list[str]:
+    m, rows = part["machine"], part["rows"]
+    budgets = sorted({r["budget"] for r in rows.values()})
+    ws = " ".join(rows)
+    lines = ["", f"## End to end: the passes before and after ({m['cpu']}, {m['isa']}, {m['threads']} threads)", "",
+             f"Run {', '.join(sorted({r['created'] for r in rows.values()}))} with `python bench/ceiling.py --part "
+             f"passes --workloads {ws} --budget {' '.join(budgets)} --rounds {part['rounds']}`. Before: TVM's own "
+             "pipeline (scalar libm math, activations left after reshapes, weights in the model's layout, convs "
+             "NCHW); after: today's default (fast vectorizable math, elementwise ops sunk into matmul epilogues, "
+             "pre-packed matmul weights, NHWC convs). Each variant tuned by MetaSchedule with the same budget "
+             "through the checked measurer; whole models compiled from those records, outputs checked against "
+             "PyTorch; both builds, PyTorch eager and ONNX Runtime timed interleaved, medians (ms).", "",
+             "| workload (budget) | tasks before -> after | measurements before / after | task sum before -> after "
+             "| before | after | speedup | PyTorch | ONNX Runtime | after / ORT | outputs ok |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows.values():
+        b, a, t = r["before"], r["after"], r["ms"]
+        ort = t.get("onnxruntime")
+        ok = "yes" if b["matches"] and a["matches"] else "**NO**"
+        lines.append(f"| {r['workload']} ({r['budget']}) | {b['tasks']} -> {a['tasks']} | {b['measurements']} / "
+                     f"{a['measurements']} | {b['task_ms']:.2f} -> {a['task_ms']:.2f} | {t['before']:.2f} | "
+                     f"{t['after']:.2f} | {t['before'] / t['after']:.2f}x | {t['pytorch']:.2f} | "
+                     + (f"{ort:.2f} | {t['after'] / ort:.2f}x" if ort else "- | -") + f" | {ok} |")
+    untuned = [f"{r['workload']} {v}: {', '.join(r[v]['untuned'])}" for r in rows.values() for v in VARIANTS
+               if r[v]["untuned"]]
+    if untuned:
+        lines += ["", "Tasks left untuned (TVM's default schedule): " + "; ".join(untuned) + "."]
+    return lines
