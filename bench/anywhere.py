@@ -60,14 +60,18 @@ def part_prime(target, rounds: int) -> dict:
     return out
 
 
-def part_zoo0(target, compile_too: bool = False) -> dict:
+def part_zoo0(target, compile_too: bool = False, save=None) -> dict:
     from tlm.compiler.build import CompileConfig
     from tlm.compiler.job import compile_model
     from tlm.graph.extract import tasks_for_source
     from tlm.graph.zoo import list_workloads
+    from tlm.model.lm import default_model_dir
+    from tlm.search.costmodel import default_cost_model
     from tlm.search.tune import tune
 
+    cm = default_cost_model(target)
     rows = []
+    out = {"rows": rows, "model": default_model_dir(target).name, "cost_model": cm.name if cm else None}
     for w in list_workloads("test"):
         tasks = tasks_for_source(w.name, target=target).tasks
         t0 = time.perf_counter()
@@ -85,7 +89,9 @@ def part_zoo0(target, compile_too: bool = False) -> dict:
                        latency_ms=m.latency_ms, compile_untuned=len(m.untuned_tasks))
         rows.append(row)
         print(rows[-1], flush=True)
-    return {"rows": rows}
+        if save is not None:  # a long part: what it checked so far is kept
+            save(out)
+    return out
 
 
 def _estimate(tasks, db_dir: str, target) -> tuple[float, int, int]:
@@ -126,10 +132,14 @@ def part_transfer(target, workload: str, per_task: int) -> dict:
 
 
 def write(out: Path, data: dict, target) -> None:
-    lines = [f"# Any machine, any model ({target.cpu}, {target.isa}, {target.cores} threads)", ""]
+    lines = ["# Any machine, any model", "", "Each part names the CPU it ran on (2 threads).", ""]
+
+    def on(part: dict) -> str:  # parts run in different sessions, on whatever CPU the session had
+        return f" ({part.get('cpu', target.cpu)}, {part.get('isa', target.isa)})"
+
     if "prime" in data:
         p = data["prime"]
-        lines += ["## A dimension the vocabulary spells digit by digit (budget 0)", "",
+        lines += [f"## A dimension the vocabulary spells digit by digit (budget 0){on(p)}", "",
                   f"Run {p['created']} with `{p['command']}` (model `{p['model']}`; medians of {p['rounds']} "
                   "interleaved rounds, ms).", "",
                   "| outputs | tlm ms | PyTorch ms | tasks | untuned | output ok |", "|---|---|---|---|---|---|"]
@@ -139,7 +149,8 @@ def write(out: Path, data: dict, target) -> None:
         lines += ["", f"1031 / 1024 outputs: {p['ratio_1031_over_1024']:.2f}x (target: at most 1.5x).", ""]
     if "zoo0" in data:
         z = data["zoo0"]
-        lines += ["## Held-out workloads at budget 0", "", f"Run {z['created']} with `{z['command']}`.", "",
+        lines += [f"## Held-out workloads at budget 0{on(z)}", "", f"Run {z['created']} with `{z['command']}`"
+                  + (f" (models `{z['model']}`, cost model `{z['cost_model']}`)" if z.get("model") else "") + ".", "",
                   "| workload | tasks | random fallback | untuned | compiled: output ok (max abs diff) | ms |",
                   "|---|---|---|---|---|---|"]
         lines += [f"| {r['workload']} | {r['tasks']} | {r['fallback']} | {r['untuned']} | "
@@ -148,8 +159,8 @@ def write(out: Path, data: dict, target) -> None:
         lines.append("")
     if "transfer" in data:
         t = data["transfer"]
-        lines += ["## Cross-hardware transfer", "", f"Run {t['created']} with `{t['command']}`: `{t['model']}` "
-                  f"(fine-tuned on AVX-512 demonstrations only) on this {target.isa} CPU, against random programs, "
+        lines += [f"## Cross-hardware transfer{on(t)}", "", f"Run {t['created']} with `{t['command']}`: `{t['model']}` "
+                  f"(fine-tuned on AVX-512 demonstrations only) on this {t.get('isa', target.isa)} CPU, against random programs, "
                   f"{t['per_task']} measurements per task on the {t['tasks']} tasks of {t['workload']} (held out).", "",
                   "| tuner | measurements | task estimate ms | tasks without a correct program | tuning s |",
                   "|---|---|---|---|---|"]
@@ -184,8 +195,15 @@ def main(argv: list[str] | None = None) -> int:
             res = part_prime(target, args.rounds)
             res.update(rounds=args.rounds, command=f"python bench/anywhere.py --part prime --rounds {args.rounds}")
         elif part == "zoo0":
-            res = part_zoo0(target, args.compile)
-            res.update(command="python bench/anywhere.py --part zoo0" + (" --compile" if args.compile else ""))
+            command = "python bench/anywhere.py --part zoo0" + (" --compile" if args.compile else "")
+
+            def save(res, command=command):
+                data["zoo0"] = dict(res, command=command, created=created, cpu=target.cpu, isa=target.isa)
+                path.write_text(json.dumps(data, indent=1, default=str))
+                write(out, data, target)
+
+            res = part_zoo0(target, args.compile, save)
+            res.update(command=command)
         else:
             res = part_transfer(target, args.workload, args.per_task)
             res.update(command=f"python bench/anywhere.py --part transfer --workload {args.workload} "
