@@ -89,8 +89,8 @@ def run_ops(budget: str, rounds: int, target, only: str | None = None) -> list[d
     import torch
     import tvm
 
-    from tlm.compiler.build import CompileConfig, compile_imported, onnxruntime_runner
-    from tlm.eval.run import interleaved
+    from tlm.compiler.build import CompileConfig, compile_imported
+    from tlm.eval.run import interleaved, reference_runners
     from tlm.graph.extract import extract_from_relax
     from tlm.graph.importer import import_torch
     from tlm.graph.passes import PREPACK_OPS
@@ -123,12 +123,9 @@ def run_ops(budget: str, rounds: int, target, only: str | None = None) -> list[d
             row[f"{label}_measurements"] = m.measurements
             row[f"{label}_task_us"] = m.weighted_task_latency_us  # sum of weight x best, measurer's timing
             fns[label] = lambda vm=m.vm, args=args: vm["main"](*args)
-        ex = imported.example_inputs
-        fns["pytorch"] = lambda mod=imported.torch_module, ex=ex: mod(*ex)
-        ort, note = onnxruntime_runner(imported, target.cores)
-        if ort is not None:
-            fns["onnxruntime"] = ort
-        else:
+        refs, note = reference_runners(imported, target.cores)
+        fns.update(refs)
+        if note:
             row["onnxruntime_note"] = note
         times = interleaved(fns, rounds, min_ms=100)
         row.update({f"{k}_us": statistics.median(v) * 1e3 for k, v in times.items()})

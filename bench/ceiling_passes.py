@@ -33,9 +33,9 @@ def run_passes(workloads: list[str], budget: str, rounds: int, target, work: Pat
     import torch
     import tvm
 
-    from tlm.compiler.build import CompileConfig, compile_imported, onnxruntime_runner
+    from tlm.compiler.build import CompileConfig, compile_imported
     from tlm.errors import quiet_stderr
-    from tlm.eval.run import interleaved
+    from tlm.eval.run import interleaved, reference_runners
     from tlm.graph.extract import extract_from_relax
     from tlm.graph.importer import import_torch
     from tlm.graph.zoo import get_workload
@@ -75,12 +75,9 @@ def run_passes(workloads: list[str], budget: str, rounds: int, target, work: Pat
             fns[variant] = lambda vm=m.vm, args=args: vm["main"](*args)
             print(f"[passes] {w} {variant}: {len(tasks)} tasks, {m.measurements} measurements, "
                   f"output {'ok' if m.matches else 'WRONG'}", flush=True)
-        ex = imported.example_inputs
-        fns["pytorch"] = lambda mod=imported.torch_module, ex=ex: mod(*ex)
-        ort, note = onnxruntime_runner(imported, target.cores)
-        if ort is not None:
-            fns["onnxruntime"] = ort
-        else:
+        refs, note = reference_runners(imported, target.cores)
+        fns.update(refs)
+        if note:
             row["onnxruntime_note"] = note
         times = interleaved(fns, rounds, min_ms=200)
         row["ms"] = {k: statistics.median(v) for k, v in times.items()}

@@ -58,8 +58,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from tlm.compiler.build import CompileConfig, compile_imported, onnxruntime_runner
-    from tlm.eval.run import interleaved
+    from tlm.compiler.build import CompileConfig, compile_imported
+    from tlm.eval.run import interleaved, reference_runners
     from tlm.graph.extract import load
     from tlm.graph.target import host_target
 
@@ -81,17 +81,10 @@ def main(argv: list[str] | None = None) -> int:
 
     inputs = imported.inputs
     contenders = {r["label"]: (lambda m=r["_model"]: m(*inputs)) for r in runs}
-    if imported.torch_module is not None:
-        mod, ex = imported.torch_module.eval(), imported.example_inputs
-        contenders["pytorch"] = lambda: mod(*ex)
-    try:
-        ort, note = onnxruntime_runner(imported, threads)
-    except Exception as err:  # noqa: BLE001 - a missing ORT figure is reported, not fatal
-        ort, note = None, str(err)
-    if ort is None:
+    refs, note = reference_runners(imported, threads)
+    if note:
         print(f"onnxruntime skipped: {note}", file=sys.stderr)
-    else:
-        contenders["onnxruntime"] = ort
+    contenders.update(refs)
     times = interleaved(contenders, args.rounds)  # every contender once per round, under no_grad
     e2e = {k: statistics.median(v) for k, v in times.items()}
 

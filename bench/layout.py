@@ -40,8 +40,8 @@ def run(workload: str, budget: str, rounds: int, target) -> dict:
     import torch
     import tvm
 
-    from tlm.compiler.build import CompileConfig, compile_imported, onnxruntime_runner
-    from tlm.eval.run import interleaved
+    from tlm.compiler.build import CompileConfig, compile_imported
+    from tlm.eval.run import interleaved, reference_runners
     from tlm.graph.extract import extract_from_relax
     from tlm.graph.importer import import_source
     from tlm.search.base import TuneConfig
@@ -71,12 +71,9 @@ def run(workload: str, budget: str, rounds: int, target) -> dict:
         print(f"{workload} {layout}: {len(tasks)} tasks, tuned in {tune_s:.0f} s, conv sum {conv_us / 1e3:.2f} ms, "
               f"other {other_us / 1e3:.2f} ms, matches {m.matches}", flush=True)
         fns[layout] = lambda vm=m.vm: vm["main"](*args)
-    ex = imported.example_inputs
-    fns["pytorch"] = lambda: imported.torch_module(*ex)
-    ort, note = onnxruntime_runner(imported, target.cores)
-    if ort is not None:
-        fns["onnxruntime"] = ort
-    else:
+    refs, note = reference_runners(imported, target.cores)
+    fns.update(refs)
+    if note:
         row["onnxruntime_note"] = note
     with torch.no_grad():
         times = interleaved(fns, rounds, min_ms=200)

@@ -49,7 +49,7 @@ def run_workload(name: str, target, rounds: int, samples: int, runs: list[tuple]
     import tvm
 
     from tlm.compiler.build import CompileConfig, compile_imported
-    from tlm.eval.run import _onnx_session, interleaved
+    from tlm.eval.run import interleaved, reference_runners
     from tlm.graph.extract import tasks_for_source
     from tlm.graph.importer import import_source
     from tlm.search.base import TuneConfig
@@ -75,11 +75,10 @@ def run_workload(name: str, target, rounds: int, samples: int, runs: list[tuple]
                      "max_abs_diff": m.max_abs_diff, "greedy_tasks": m.greedy_tasks, "untuned": m.tasks - m.tuned_tasks - m.greedy_tasks})
         fns[label] = lambda vm=m.vm: vm["main"](*args)
         print(rows[-1], flush=True)
-    if imported.torch_module is not None:
-        mod, ex = imported.torch_module.eval(), imported.example_inputs
-        fns["pytorch"] = lambda: mod(*ex)
-    if (ort := _onnx_session(imported, target.cores)) is not None:
-        fns["onnxruntime"] = ort
+    refs, note = reference_runners(imported, target.cores)
+    if note:
+        print(f"onnxruntime skipped: {note}", flush=True)
+    fns.update(refs)
     times = interleaved(fns, rounds)
     ms = {k: statistics.median(v) for k, v in times.items()}
     for r in rows:

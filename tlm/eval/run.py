@@ -242,11 +242,10 @@ class Runner:
                          "task_estimate_ms": (m.weighted_task_latency_us or 0) / 1e3 or None,
                          "tuned_tasks": m.tuned_tasks, "greedy_tasks": m.greedy_tasks, "tasks": m.tasks})
             fns[label] = lambda vm=m.vm: vm["main"](*args)
-        if imported.torch_module is not None:
-            mod, ex = imported.torch_module.eval(), imported.example_inputs
-            fns["pytorch"] = lambda: mod(*ex)
-        if (ort := _onnx_session(imported, threads)) is not None:
-            fns["onnxruntime"] = ort
+        refs, note = reference_runners(imported, threads)
+        if note:
+            print(f"[eval] onnxruntime skipped: {note}")
+        fns.update(refs)
         rows += [{"workload": w, "method": k} for k in ("pytorch", "onnxruntime") if k in fns]
         times = interleaved(fns, cfg.rounds)
         for r in (r for r in rows if r["method"] in times):
@@ -256,17 +255,23 @@ class Runner:
         Path(st.outputs[0]).write_text(json.dumps({"workload": w, "rows": rows, "times_ms": times}, indent=1))
 
 
-def _onnx_session(imported, threads: int):
-    """A callable running the model in ONNX Runtime, or None when it cannot be had."""
+def reference_runners(imported, threads: int) -> tuple[dict[str, Callable], str | None]:
+    """What a user would run instead, on the model's example inputs: {"pytorch": eager,
+    "onnxruntime": a session on `threads`} (each where it can be had), and why ONNX Runtime is
+    missing (None when it is there)."""
     from tlm.compiler.build import onnxruntime_runner
 
+    fns: dict[str, Callable] = {}
+    if imported.torch_module is not None:
+        mod, ex = imported.torch_module.eval(), imported.example_inputs
+        fns["pytorch"] = lambda: mod(*ex)
     try:
         run, note = onnxruntime_runner(imported, threads)
     except Exception as err:  # noqa: BLE001 - a missing ORT figure is reported, not fatal
         run, note = None, f"{type(err).__name__}: {err}"
-    if run is None:
-        print(f"[eval] onnxruntime skipped: {note}")
-    return run
+    if run is not None:
+        fns["onnxruntime"] = run
+    return fns, note
 
 
 def interleaved(fns: dict[str, Callable], rounds: int, min_ms: float = 200.0) -> dict[str, list[float]]:
