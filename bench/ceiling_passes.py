@@ -24,11 +24,13 @@ from typing import Callable
 
 WORKLOADS = ("bert_base", "gpt2", "resnet_50", "mobilenet_v2")
 VARIANTS = ("before", "after")
+TOP = 4  # tasks named per workload and variant
 
 
 def run_passes(workloads: list[str], budget: str, rounds: int, target, work: Path, done: dict | None = None,
                save: Callable[[dict], None] | None = None) -> dict:
-    """{workload: row} for each workload (rows in `done` at the same budget are kept, not measured again)."""
+    """{"workload@budget": row} for each workload (rows in `done` are kept; one of the same workload and
+    budget is not measured again)."""
     import numpy as np
     import torch
     import tvm
@@ -44,11 +46,12 @@ def run_passes(workloads: list[str], budget: str, rounds: int, target, work: Pat
     from tlm.search.tune import tune
 
     torch.set_num_threads(target.cores)
-    rows = dict(done or {})
+    rows = {f"{r['workload']}@{r['budget']}": r for r in (done or {}).values()}
     for w in workloads:
-        if w in rows and rows[w].get("budget") == budget:
-            continue
         workload = get_workload(w)
+        key = f"{workload.name}@{budget}"
+        if key in rows:
+            continue
         module, inputs = workload.build()
         row, fns = {"workload": workload.name, "budget": budget, "rounds": rounds}, {}
         for variant in VARIANTS:
@@ -70,7 +73,7 @@ def run_passes(workloads: list[str], budget: str, rounds: int, target, work: Pat
             row[variant] = {"tasks": len(tasks), "measurements": m.measurements, "tune_s": float(marker.read_text()),
                             "task_ms": (m.weighted_task_latency_us or 0) / 1e3, "matches": m.matches,
                             "max_abs_diff": m.max_abs_diff, "untuned": list(m.untuned_tasks),
-                            "task_names": [t.name for t in tasks]}
+                            "top": top_tasks(m.task_rows), "task_names": [t.name for t in tasks]}
             args = [tvm.runtime.tensor(np.ascontiguousarray(x), tvm.cpu()) for x in imported.inputs]
             fns[variant] = lambda vm=m.vm, args=args: vm["main"](*args)
             print(f"[passes] {w} {variant}: {len(tasks)} tasks, {m.measurements} measurements, "
@@ -83,20 +86,28 @@ def run_passes(workloads: list[str], budget: str, rounds: int, target, work: Pat
         row["ms"] = {k: statistics.median(v) for k, v in times.items()}
         row["times_ms"] = times
         row["created"] = time.strftime("%Y-%m-%d %H:%M:%S")
-        rows[w] = row
+        rows[key] = row
         print(f"[passes] {w}: " + ", ".join(f"{k} {v:.2f} ms" for k, v in row["ms"].items()), flush=True)
         if save is not None:  # after each workload: a killed run keeps what it timed
             save(rows)
     return rows
 
 
+def top_tasks(task_rows: list[dict], n: int = TOP) -> list[dict]:
+    """The n tasks that hold most of a build's time: weight x best measured latency (ms)."""
+    held = [{"task": r["name"], "weight": r["weight"], "ms": r["weight"] * r["best_us"] / 1e3}
+            for r in task_rows if r.get("best_us")]
+    return sorted(held, key=lambda h: -h["ms"])[:n]
+
+
 def passes_lines(part: dict) -> list[str]:
     m, rows = part["machine"], part["rows"]
-    budgets = sorted({r["budget"] for r in rows.values()})
-    ws = " ".join(rows)
+    budgets = sorted({r["budget"] for r in rows.values()}, key=lambda b: float(b.rstrip("g")))
+    cmds = " and ".join(f"`python bench/ceiling.py --part passes --workloads "
+                        f"{' '.join(r['workload'] for r in rows.values() if r['budget'] == b)} --budget {b} "
+                        f"--rounds {part['rounds']}`" for b in budgets)
     lines = ["", f"## End to end: the passes before and after ({m['cpu']}, {m['isa']}, {m['threads']} threads)", "",
-             f"Run {', '.join(sorted({r['created'] for r in rows.values()}))} with `python bench/ceiling.py --part "
-             f"passes --workloads {ws} --budget {' '.join(budgets)} --rounds {part['rounds']}`. Before: TVM's own "
+             f"Run {', '.join(sorted({r['created'] for r in rows.values()}))} with {cmds}. Before: TVM's own "
              "pipeline (scalar libm math, activations left after reshapes, weights in the model's layout, convs "
              "NCHW); after: today's default (fast vectorizable math, elementwise ops sunk into matmul epilogues, "
              "pre-packed matmul weights, NHWC convs). Each variant tuned by MetaSchedule with the same budget "
@@ -117,4 +128,10 @@ def passes_lines(part: dict) -> list[str]:
                if r[v]["untuned"]]
     if untuned:
         lines += ["", "Tasks left untuned (TVM's default schedule): " + "; ".join(untuned) + "."]
+    lines += ["", "Where each build's time goes (weight x best measured latency, ms, the measurer's timing):", ""]
+    for r in rows.values():
+        for v in VARIANTS:
+            if r[v].get("top"):
+                lines.append(f"- {r['workload']} ({r['budget']}) {v}: "
+                             + "; ".join(f"{h['task']} (x{h['weight']}) {h['ms']:.1f}" for h in r[v]["top"]))
     return lines
