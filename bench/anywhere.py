@@ -60,7 +60,7 @@ def part_prime(target, rounds: int) -> dict:
     return out
 
 
-def part_zoo0(target, compile_too: bool = False, save=None) -> dict:
+def part_zoo0(target, compile_too: bool = False, save=None, only: list[str] | None = None) -> dict:
     from tlm.compiler.build import CompileConfig
     from tlm.compiler.job import compile_model
     from tlm.graph.extract import tasks_for_source
@@ -73,6 +73,8 @@ def part_zoo0(target, compile_too: bool = False, save=None) -> dict:
     rows = []
     out = {"rows": rows, "model": default_model_dir(target).name, "cost_model": cm.name if cm else None}
     for w in list_workloads("test"):
+        if only and w.name not in only and w.family not in only:
+            continue
         tasks = tasks_for_source(w.name, target=target).tasks
         t0 = time.perf_counter()
         db = tempfile.mkdtemp(prefix="tlm-zoo0-")
@@ -151,11 +153,11 @@ def write(out: Path, data: dict, target) -> None:
         z = data["zoo0"]
         lines += [f"## Held-out workloads at budget 0{on(z)}", "", f"Run {z['created']} with `{z['command']}`"
                   + (f" (models `{z['model']}`, cost model `{z['cost_model']}`)" if z.get("model") else "") + ".", "",
-                  "| workload | tasks | random fallback | untuned | compiled: output ok (max abs diff) | ms |",
-                  "|---|---|---|---|---|---|"]
+                  "| workload | tasks | random fallback | untuned | compiled: output ok (max abs diff) | ms | run |",
+                  "|---|---|---|---|---|---|---|"]
         lines += [f"| {r['workload']} | {r['tasks']} | {r['fallback']} | {r['untuned']} | "
                   + (f"{r['matches']} ({r['max_abs_diff']:.2g}) | {r['latency_ms']:.2f} |" if "matches" in r else "- | - |")
-                  for r in z["rows"]]
+                  + f" {r.get('cpu', z.get('cpu', ''))} {r.get('created', z['created'])[:10]} |" for r in z["rows"]]
         lines.append("")
     if "transfer" in data:
         t = data["transfer"]
@@ -180,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-task", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--compile", action="store_true", help="zoo0: also compile each workload and check its output")
+    ap.add_argument("--workloads", nargs="+", default=None,
+                    help="zoo0: these test workloads only (their rows replace the same workloads' rows)")
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args(argv)
     from tlm.graph.target import host_target
@@ -196,8 +200,13 @@ def main(argv: list[str] | None = None) -> int:
             res.update(rounds=args.rounds, command=f"python bench/anywhere.py --part prime --rounds {args.rounds}")
         elif part == "zoo0":
             command = "python bench/anywhere.py --part zoo0" + (" --compile" if args.compile else "")
+            command += f" --workloads {' '.join(args.workloads)}" if args.workloads else ""
+            kept = [r for r in data.get("zoo0", {}).get("rows", []) if args.workloads and r.get("cpu")]
 
-            def save(res, command=command):
+            def save(res, command=command):  # rows of other runs stay, each naming its run
+                mine = [dict(r, cpu=target.cpu, created=created, command=command) for r in res["rows"]]
+                names = {r["workload"] for r in mine}
+                res = dict(res, rows=[r for r in kept if r["workload"] not in names] + mine)
                 data["zoo0"] = dict(res, command=command, created=created, cpu=target.cpu, isa=target.isa)
                 path.write_text(json.dumps(data, indent=1, default=str))
                 write(out, data, target)

@@ -10,9 +10,12 @@ For each workload, the same model (same random weights) is imported twice:
 - after: today's default (tlm.graph.passes and tlm.graph.layout: all of the above, convs in NHWC).
 Zero pads fold into convs in both (tlm.graph.layout.fold_pads has no switch). Each variant's tasks
 are tuned by MetaSchedule with the same budget through the checked measurer, into a database of
-its own under --work (a killed run resumes there: a tuned variant is not tuned again), the whole
-model is compiled from it and its output checked against PyTorch, and then both builds, PyTorch
-eager and ONNX Runtime run interleaved on the same threads: --rounds rounds, medians.
+its own under --work (a killed run resumes there: a tuned variant is not tuned again). Tasks the
+passes leave unchanged (same hash in both variants) were then tuned twice by a search whose result
+varies from run to run (bert_base at 64g: one run's best layer norm 25 us, the other's 3.5 ms), so
+both models are compiled from the union of the two databases: such a task runs the same program in
+both, and the difference is the passes' alone. Outputs are checked against PyTorch, and both builds,
+PyTorch eager and ONNX Runtime run interleaved on the same threads: --rounds rounds, medians.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ def run_passes(workloads: list[str], budget: str, rounds: int, target, work: Pat
     from tlm.graph.extract import extract_from_relax
     from tlm.graph.importer import import_torch
     from tlm.graph.zoo import get_workload
+    from tlm.measure.database import open_db
     from tlm.measure.shards import hardware_slug
     from tlm.search.base import TuneConfig
     from tlm.search.tune import tune
@@ -50,33 +54,45 @@ def run_passes(workloads: list[str], budget: str, rounds: int, target, work: Pat
     for w in workloads:
         workload = get_workload(w)
         key = f"{workload.name}@{budget}"
-        if key in rows:
+        if rows.get(key, {}).get("shared_db"):  # rows of the first runs (own databases) are made again
             continue
         module, inputs = workload.build()
-        row, fns = {"workload": workload.name, "budget": budget, "rounds": rounds}, {}
+        row, fns, built = {"workload": workload.name, "budget": budget, "rounds": rounds, "shared_db": True}, {}, {}
+        here = work / hardware_slug(target.key) / w / budget
         for variant in VARIANTS:
             after = variant == "after"
             with quiet_stderr():
                 imported = import_torch(module, inputs, source=workload.name, sink_reshapes=after,
                                         conv_layout=None if after else "NCHW")
                 tasks = extract_from_relax(imported.mod, target, fast_math=after, prepack=after)
-            db = work / hardware_slug(target.key) / w / budget / variant
+            db = here / variant
             marker = db / "tuned"
             t0 = time.perf_counter()
             if not marker.exists():  # resumable: the tuner counts what the database holds
                 tune(tasks, "metaschedule", budget, str(db), target=target, config=TuneConfig(seed=0), progress=False)
                 marker.write_text(f"{time.perf_counter() - t0:.1f}\n")
+            with open_db(str(db)) as d:
+                measured = sum(d.count(t.hash, target.key) for t in tasks)
+            built[variant] = (imported, tasks)
+            row[variant] = {"tasks": len(tasks), "measurements": measured, "tune_s": float(marker.read_text()),
+                            "task_names": [t.name for t in tasks]}
+        # A task the passes leave unchanged (same hash in both) is tuned twice by a search whose
+        # result varies from run to run; both builds take its best program of either run, so the
+        # difference between them is the passes' alone.
+        shared = merged_db([here / v for v in VARIANTS], here / "shared")
+        row["shared_tasks"] = len({t.hash for t in built["before"][1]} & {t.hash for t in built["after"][1]})
+        for variant, (imported, tasks) in built.items():
+            after = variant == "after"
             with quiet_stderr():
-                m = compile_imported(imported, str(db), target=target, tasks=tasks,
+                m = compile_imported(imported, str(shared), target=target, tasks=tasks,
                                      config=CompileConfig(repeat=3, min_repeat_ms=50, compare=False, fast_math=after,
                                                           prepack=after))
-            row[variant] = {"tasks": len(tasks), "measurements": m.measurements, "tune_s": float(marker.read_text()),
-                            "task_ms": (m.weighted_task_latency_us or 0) / 1e3, "matches": m.matches,
-                            "max_abs_diff": m.max_abs_diff, "untuned": list(m.untuned_tasks),
-                            "top": top_tasks(m.task_rows), "task_names": [t.name for t in tasks]}
+            row[variant].update({"task_ms": (m.weighted_task_latency_us or 0) / 1e3, "matches": m.matches,
+                                 "max_abs_diff": m.max_abs_diff, "untuned": list(m.untuned_tasks),
+                                 "top": top_tasks(m.task_rows)})
             args = [tvm.runtime.tensor(np.ascontiguousarray(x), tvm.cpu()) for x in imported.inputs]
             fns[variant] = lambda vm=m.vm, args=args: vm["main"](*args)
-            print(f"[passes] {w} {variant}: {len(tasks)} tasks, {m.measurements} measurements, "
+            print(f"[passes] {w} {variant}: {len(tasks)} tasks, {row[variant]['measurements']} measurements, "
                   f"output {'ok' if m.matches else 'WRONG'}", flush=True)
         refs, note = reference_runners(imported, target.cores)
         fns.update(refs)
@@ -91,6 +107,24 @@ def run_passes(workloads: list[str], budget: str, rounds: int, target, work: Pat
         if save is not None:  # after each workload: a killed run keeps what it timed
             save(rows)
     return rows
+
+
+def merged_db(dbs: list[Path], out: Path) -> Path:
+    """A database holding every record of `dbs` (through the corpus' shards), made once."""
+    import tempfile
+
+    from tlm.measure.database import open_db
+    from tlm.measure.shards import flush, ingest
+
+    if not (out / "merged").exists():
+        with tempfile.TemporaryDirectory(prefix="tlm-passes-") as tmp:
+            for db in dbs:
+                with open_db(str(db)) as d:
+                    flush(d, tmp)
+            with open_db(str(out)) as d:
+                ingest(d, tmp)
+        (out / "merged").write_text("\n".join(str(db) for db in dbs) + "\n")
+    return out
 
 
 def top_tasks(task_rows: list[dict], n: int = TOP) -> list[dict]:
@@ -111,16 +145,19 @@ def passes_lines(part: dict) -> list[str]:
              "pipeline (scalar libm math, activations left after reshapes, weights in the model's layout, convs "
              "NCHW); after: today's default (fast vectorizable math, elementwise ops sunk into matmul epilogues, "
              "pre-packed matmul weights, NHWC convs). Each variant tuned by MetaSchedule with the same budget "
-             "through the checked measurer; whole models compiled from those records, outputs checked against "
-             "PyTorch; both builds, PyTorch eager and ONNX Runtime timed interleaved, medians (ms).", "",
-             "| workload (budget) | tasks before -> after | measurements before / after | task sum before -> after "
-             "| before | after | speedup | PyTorch | ONNX Runtime | after / ORT | outputs ok |",
+             "through the checked measurer; whole models compiled from the union of the two databases (a task the "
+             "passes leave unchanged, counted in brackets, runs the best program either search found, in both "
+             "builds), outputs checked against PyTorch; both builds, PyTorch eager and ONNX Runtime timed "
+             "interleaved, medians (ms).", "",
+             "| workload (budget) | tasks before -> after (same in both) | measurements before / after | task sum "
+             "before -> after | before | after | speedup | PyTorch | ONNX Runtime | after / ORT | outputs ok |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows.values():
         b, a, t = r["before"], r["after"], r["ms"]
         ort = t.get("onnxruntime")
         ok = "yes" if b["matches"] and a["matches"] else "**NO**"
-        lines.append(f"| {r['workload']} ({r['budget']}) | {b['tasks']} -> {a['tasks']} | {b['measurements']} / "
+        same = f" ({r['shared_tasks']})" if "shared_tasks" in r else ""
+        lines.append(f"| {r['workload']} ({r['budget']}) | {b['tasks']} -> {a['tasks']}{same} | {b['measurements']} / "
                      f"{a['measurements']} | {b['task_ms']:.2f} -> {a['task_ms']:.2f} | {t['before']:.2f} | "
                      f"{t['after']:.2f} | {t['before'] / t['after']:.2f}x | {t['pytorch']:.2f} | "
                      + (f"{ort:.2f} | {t['after'] / ort:.2f}x" if ort else "- | -") + f" | {ok} |")
