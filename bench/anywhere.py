@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
                 path.write_text(json.dumps(data, indent=1, default=str))
                 write(out, data, target)
 
-            res = part_zoo0(target, args.compile, save)
+            res = part_zoo0(target, args.compile, save, args.workloads)
             res.update(command=command)
         else:
             res = part_transfer(target, args.workload, args.per_task)
