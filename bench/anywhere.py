@@ -211,8 +211,8 @@ def main(argv: list[str] | None = None) -> int:
                 path.write_text(json.dumps(data, indent=1, default=str))
                 write(out, data, target)
 
-            res = part_zoo0(target, args.compile, save, args.workloads)
-            res.update(command=command)
+            part_zoo0(target, args.compile, save, args.workloads)
+            res = data["zoo0"]  # this run's rows beside the kept ones, as save() wrote them
         else:
             res = part_transfer(target, args.workload, args.per_task)
             res.update(command=f"python bench/anywhere.py --part transfer --workload {args.workload} "
