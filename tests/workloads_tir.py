@@ -107,6 +107,14 @@ def pooling(c: int = 8, hw: int = 16) -> Task:
     return _task([x, out], "fused_max_pool2d")
 
 
+def transpose(b: int = 4, n: int = 8, m: int = 16) -> Task:
+    """A task with one program: one design space without decisions (like reshapes, concatenates)."""
+    from tvm import te, topi
+
+    x = te.placeholder((b, n, m), "float32", name="x")
+    return _task([x, topi.transpose(x, (0, 2, 1))], "transpose")
+
+
 # Toy sizes (tests) and model-like sizes (benchmark) of each task type.
 TINY: dict[str, Callable[[], Task]] = {
     "matmul": lambda: matmul(32),

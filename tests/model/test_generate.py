@@ -11,7 +11,7 @@ from tlm.errors import TlmError
 
 @pytest.fixture(scope="module")
 def tasks():
-    return {"matmul": w.matmul(16), "conv": w.conv3x3(), "softmax": w.softmax()}
+    return {"matmul": w.matmul(16), "conv": w.conv3x3(), "softmax": w.softmax(), "transpose": w.transpose()}
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +68,22 @@ def test_batched_equals_unbatched(gen, tasks, name, batch):
     assert gen.forward_calls - calls < single / 2  # one pass serves several programs
     for g in one:
         assert abs(gen.logprob(task, g.sentence) - g.logprob) < 1e-4
+
+
+def test_one_program_task_takes_one_try(gen, tasks, host):
+    """A task whose one design space has no decisions has one program: generation says it once,
+    and when it is already seen, gives nothing after one try (not 4n + 10 replays of it)."""
+    from tlm.space.design import task_space
+
+    task = tasks["transpose"]
+    space = task_space(task, host)
+    assert len(space) == 1 and space.statics == [[]]
+    calls = gen.forward_calls
+    (only,) = gen.generate(task, 5, seed=1)
+    assert only.error is None and only.logprob == 0.0  # every word forced
+    assert gen.generate(task, 5, seed=2, seen={only.sentence}) == []
+    assert gen.forward_calls - calls <= 2  # the prompt of each call; no word to choose
+    assert [g.sentence for g in gen.sample(task, 3, seed=1)] == [only.sentence] * 3  # sampling is not capped
 
 
 def test_logprob_of_any_sentence(gen, tasks, host):

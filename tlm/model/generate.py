@@ -315,8 +315,15 @@ class Generator:
         samples from its own stream of (seed, i) and the result is the first `n` accepted tries
         in try order (extra tries run ahead are dropped): the same for any `batch_size`.
         """
+        from tlm.space.design import task_space
+
         seen = set(seen or ())
         max_tries = max_tries or (1 if greedy else 4 * n + 10)
+        space = task_space(task, self.target)
+        if len(space) == 1 and not space.statics[0]:
+            # One design space without decisions: the task has one program, and one try gives it
+            # (a concatenate or a reshape; about half the training tasks). Not 4n + 10 replays.
+            max_tries = 1
 
         def more(tries: int, running: int, results: dict[int, Generated]) -> bool:
             """Enough tries running to fill the missing programs at the rate tries have given new ones."""
@@ -324,7 +331,7 @@ class Generator:
             return tries < max_tries and running < math.ceil((n - fresh) * (len(results) + 1) / (fresh + 1))
 
         out: list[Generated] = []
-        for g in self._run(task, (greedy, temperature, top_k), _rngs(seed), batch_size, more):
+        for g in self._run(task, (greedy, temperature, top_k), _rngs(seed), batch_size, more, space):
             if len(out) < n and g.error is None and g.sentence not in seen:
                 seen.add(g.sentence)
                 out.append(g)

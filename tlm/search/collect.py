@@ -197,6 +197,10 @@ def collect(config: CollectConfig, tasks: list | None = None, progress: bool = T
                 flushed["shards"] += len(rep.shards)
                 flushed["records"] += rep.records
                 last[0] = time.monotonic()
+                now = db.count(target_key=target.key) - before
+                wall = last[0] - t0
+                log(f"{time.strftime('%H:%M:%S')}: {now} programs measured in {wall:.0f} s "
+                    f"({now / max(wall, 1e-9):.2f} per second); {flushed['records']} records flushed so far")
             if config.hours and time.monotonic() - t0 >= config.hours * 3600:
                 raise _TimeUp
 
@@ -238,7 +242,8 @@ def _cmd_collect(args: argparse.Namespace) -> int:
 
     loop = LoopConfig(base=args.base or "", work=args.work or "", sources=list(args.sources), kb=args.kb,
                       kp=args.kp, rounds=args.rounds, max_tasks=args.max_tasks, seed=args.seed, target=args.target,
-                      pipeline=args.pipeline, ft_threads=args.ft_threads, schedule=args.schedule,
+                      pipeline=args.pipeline, ft_threads=args.ft_threads, gen_threads=args.gen_threads,
+                      schedule=args.schedule,
                       cost_model=args.cost_model, cm_pool=args.cm_pool, cm_explore=args.cm_explore,
                       cm_adapt_trees=args.cm_adapt_trees,
                       demo_targets=args.demo_targets, transfer=args.transfer,
@@ -316,6 +321,9 @@ def register_cli(sub) -> None:
                         "corpus, said for this one (default 1; 0: none)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ft-threads", type=int, default=0, help="0: 1 with --pipeline, else every core")
+    p.add_argument("--gen-threads", type=int, default=1,
+                   help="PyTorch threads of the generation (default 1: on a shared machine PyTorch's threads "
+                        "spin and wait for one another; bench/results/generation.md; 0: PyTorch's default)")
     p.add_argument("--pipeline", action="store_true",
                    help="fine-tune while measuring (off by default: on a few cores the fine-tuning process "
                         "would share the cores the timed programs run on)")

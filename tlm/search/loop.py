@@ -61,6 +61,10 @@ class LoopConfig:
     ft_epochs: float = 3.0
     ft_loss: str = "sentence"  # bench/results/sft_loss.md
     ft_threads: int = 1
+    # PyTorch threads of this process's generation (0: PyTorch's default, one per core). 1 by
+    # default: beside another busy process, PyTorch's threads wait for one another's time slices
+    # (bench/results/generation.md); fine-tuning runs in its own process with ft_threads.
+    gen_threads: int = 1
     per_task_demos: int = 1
     demo_targets: str = "self"  # "all": also every other CPU's demonstrations in the database
     # Which tasks a round measures: "cycle" (batch r mod k_b, the paper's) or "gain" (a first
@@ -156,6 +160,10 @@ class _Loop:
         from tlm.model.generate import Generator
 
         if self._gen is None or self._gen[0] != str(model):
+            if self.config.gen_threads > 0:
+                import torch
+
+                torch.set_num_threads(self.config.gen_threads)
             self._gen = (str(model), Generator.from_dir(model, self.target, self.config.device))
         return self._gen[1]
 
