@@ -45,9 +45,32 @@ class Generated:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "schedule"}
 
 
+_TRIES: dict = {}  # (vocabulary, what a point's choices and their words depend on) -> trie
+_TRIES_MAX = 8192
+
+
 def choice_trie(point, vocab) -> dict:
     """{token id: subtrie}; a leaf holds {None: choice}. Choices with an unknown word are left out;
-    words of one choice that begin another's (never: a prefix-free code) are an error, not a wrong pick."""
+    words of one choice that begin another's (never: a prefix-free code) are an error, not a wrong pick.
+    Tile and categorical tries depend only on the point's sizes or candidates, and every lane of a
+    batch asks for the same ones: they are built once (shared, never modified: callers only read)."""
+    key = None
+    if point.kind == "tile":
+        ctx = point.context
+        key = (vocab, "tile", ctx["extent"], ctx["n"], ctx["max_innermost"])
+    elif point.kind == "cat":
+        key = (vocab, "cat", tuple(point.context["candidates"]))
+    if key is not None and key in _TRIES:
+        return _TRIES[key]
+    trie = _build_trie(point, vocab)
+    if key is not None:
+        if len(_TRIES) >= _TRIES_MAX:
+            _TRIES.clear()
+        _TRIES[key] = trie
+    return trie
+
+
+def _build_trie(point, vocab) -> dict:
     from tlm.space.language import value_tokens
 
     root: dict = {}
