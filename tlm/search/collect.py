@@ -12,6 +12,9 @@ was measured, at the end of the run, and when the run is stopped (Ctrl-C, SIGTER
 After kill -9, the next start flushes what the work database holds and the corpus lacks.
 By default the shipped cost model (`tlm costmodel`, pretrained/costmodel-*) chooses 6 of each
 task's 8 programs among 32 samples, and 2 are plain samples (`--cost-model none`: all plain).
+Generation runs on one PyTorch thread (`--gen-threads`): on a shared 2-core machine PyTorch's own
+threads wait for each other's time slices beside any busy neighbour (bench/results/generation.md).
+The log says the programs measured and the rate at every flush.
 
 A start on any machine first ingests every shard of the corpus into the work database (records
 of every hardware; each keeps its target key), so a program is never measured twice on the same
