@@ -269,3 +269,53 @@ def test_sft_loss_bench_on_tiny_data(base_dir, tasks, host, tmp_path):
     assert res["train_tasks"] + res["heldout_tasks"] == 3 and res["heldout_tasks"] >= 1
     assert set(res["heldout"]) == {"base", "sentence", "decisions"} and res["verdict"]
     assert "| decisions |" in (out / "sft_loss.md").read_text()
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 300), min_size=1, max_size=32), st.randoms(use_true_random=False))
+def test_length_parts_partition_the_batch(lengths, rnd):
+    from tlm.model.finetune import length_parts
+
+    picked = list(range(len(lengths)))
+    rnd.shuffle(picked)
+    parts = length_parts(picked, lengths)
+    assert 1 <= len(parts) <= 2 and all(parts)
+    assert sorted(i for p in parts for i in p) == sorted(picked)  # every row once
+    whole = len(picked) * max(lengths)
+    padded = sum(len(p) * max(lengths[i] for i in p) for p in parts)
+    assert padded <= whole and (len(parts) == 1 or padded <= 0.9 * whole)
+    if len(parts) == 2:  # shorter rows first
+        assert max(lengths[i] for i in parts[0]) <= min(lengths[i] for i in parts[1])
+
+
+def test_parts_give_the_batch_gradient():
+    """Computed part by part, a batch's loss and gradient are the whole batch's (dropout off)."""
+    import torch
+
+    from tlm.model.finetune import backward_batch
+    from tlm.model.lm import new_model
+
+    torch.manual_seed(0)
+    model = new_model("tiny", 50, seed=0)
+    model.eval()
+    rng = torch.Generator().manual_seed(1)
+    rows = []
+    for n in (5, 40, 7, 33, 6, 38):  # short and long sentences, as in a real batch
+        ids = [1] + torch.randint(4, 50, (n,), generator=rng).tolist() + [2]
+        rows.append((ids, list(ids)))
+    weights = [1.0, 2.0, 1.0, 0.5, 1.0, 1.0]
+    n = sum((len(ids) - 1) * w for (ids, _), w in zip(rows, weights))
+
+    def grads(parts):
+        model.zero_grad(set_to_none=True)
+        loss = backward_batch(model, rows, weights, parts, n, 0, "cpu")
+        return loss, [p.grad.clone() for p in model.parameters()]
+
+    whole_loss, whole = grads([[0, 1, 2, 3, 4, 5]])
+    part_loss, parted = grads([[0, 2, 4], [1, 3, 5]])
+    assert abs(whole_loss - part_loss) < 1e-5
+    assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(whole, parted))
