@@ -82,8 +82,8 @@ def length_parts(picked: list[int], lengths: list[int]) -> list[list[int]]:
     """A batch (row indices) in at most two parts of similar lengths, each padded to its own
     longest row: the split, after sorting by length, that pads least, if it pads at least 10%
     fewer positions than the whole batch. Sentences of one batch range from a reshape's ~40
-    words to a conv's ~150, so a padded batch is about a third padding; two parts are 1.5x
-    faster per step on 2 cores (bench/results/finetune_speed.md) with the same loss and
+    words to a conv's ~150, so a padded batch is about a third padding; two parts take 1.31x
+    fewer seconds per step on 2 cores (bench/results/finetune_speed.md) for the same loss and
     gradient (summed over the parts, up to float rounding)."""
     rows = sorted(picked, key=lambda i: (lengths[i], i))
     ls = [lengths[i] for i in rows]

@@ -63,7 +63,8 @@ class LoopConfig:
     ft_threads: int = 1
     # PyTorch threads of this process's generation (0: PyTorch's default, one per core). 1 by
     # default: beside another busy process, PyTorch's threads wait for one another's time slices
-    # (bench/results/generation.md); fine-tuning runs in its own process with ft_threads.
+    # (bench/results/generation.md: 1.6x faster beside two busy processes, 3.5x beside a PyTorch
+    # job, 3% slower on a quiet machine); fine-tuning runs in its own process with ft_threads.
     gen_threads: int = 1
     per_task_demos: int = 1
     demo_targets: str = "self"  # "all": also every other CPU's demonstrations in the database
