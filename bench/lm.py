@@ -129,7 +129,7 @@ def word_tv(lm, task, target, space, sentence: str) -> list[float]:
     words vs the random sampler's (uniform over choices), at every word with several valid words."""
     import torch
 
-    from tlm.model.generate import choice_trie
+    from tlm.model.choices import choice_trie
     from tlm.space.design import walk
     from tlm.space.language import context_tokens, prompt_tokens
 

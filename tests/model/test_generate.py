@@ -213,7 +213,8 @@ def test_prime_extent_every_choice_is_reachable(task, host):
     generator (an untrained model over that tokenizer) writes valid programs of it."""
     import random
 
-    from tlm.model.generate import Generator, choice_trie
+    from tlm.model.choices import choice_trie
+    from tlm.model.generate import Generator
     from tlm.model.lm import Vocab, build_tokenizer
     from tlm.space.design import task_space, walk
     from tlm.space.language import choice_from_tokens, parse, value_tokens
