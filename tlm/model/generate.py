@@ -279,9 +279,7 @@ class Generator:
         seen = set(seen or ())
         max_tries = max_tries or (1 if greedy else 4 * n + 10)
         space = task_space(task, self.target)
-        if len(space) == 1 and not space.statics[0]:
-            # One design space without decisions: the task has one program, and one try gives it
-            # (a concatenate or a reshape; about half the training tasks). Not 4n + 10 replays.
+        if space.one_program:  # one try gives it (a concatenate, a reshape): not 4n + 10 replays
             max_tries = 1
 
         def more(tries: int, running: int, results: dict[int, Generated]) -> bool:

@@ -116,6 +116,11 @@ class TaskSpace:
     def __len__(self) -> int:
         return len(self.traces)
 
+    @property
+    def one_program(self) -> bool:
+        """One design space without decisions: the task has exactly one program."""
+        return len(self.traces) == 1 and not self.statics[0]
+
     def space_point(self) -> DecisionPoint:
         return DecisionPoint(0, "space", {"n": len(self.traces)}, tuple(range(len(self.traces))))
 
