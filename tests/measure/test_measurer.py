@@ -86,6 +86,21 @@ def test_matmul_measures_and_wrong_program_is_error(measurer, host, matmul32):
     assert res[4].error.startswith("ScheduleError")
 
 
+def test_start_then_finish_overlaps_the_caller(measurer, host, matmul32):
+    """`start` returns while the batch builds (the collector generates the next task meanwhile);
+    `finish` times it. A batch started and never finished is dropped by the next `start`."""
+    schs = _random_schedules(matmul32, host, 3, seed=777)
+    abandoned = measurer.start([Candidate(matmul32, schedule=schs[0], proposer="random")])
+    pending = measurer.start([Candidate(matmul32, schedule=s, proposer="random") for s in schs[1:]]
+                             + [Candidate(matmul32, trace=[["NoSuchInstruction"]], proposer="bad")])
+    assert abandoned.collect is not None and measurer._in_flight is pending.collect
+    res = measurer.finish(pending)
+    assert [r.ok for r in res] == [True, True, False] and res[2].error.startswith("ScheduleError")
+    assert all(r.build_s > 0 and r.run_s > 0 for r in res[:2]) and measurer._in_flight is None
+    # nothing to build: finish returns the schedule errors at once
+    assert measurer.finish(measurer.start([Candidate(matmul32, trace=[["Nope"]])]))[0].error.startswith("Schedule")
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

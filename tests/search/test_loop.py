@@ -121,28 +121,44 @@ def test_interrupted_round_is_not_measured_again(base_dir, tasks, tmp_path, monk
     from tlm.measure.measurer import Measurer
 
     work = tmp_path / "work"
-    real = Measurer.measure
+    real = Measurer.finish
     calls = []
 
-    def measure_then_die(self, cands, best_s=None):
-        calls.append(len(cands))
+    def finish_then_die(self, pending, best_s=None):
+        calls.append(len(pending.results))
+        results = real(self, pending, best_s)
         if len(calls) == 2:
             raise KeyboardInterrupt  # killed while measuring the second task of round 0
-        return real(self, cands, best_s)
+        return results
 
-    monkeypatch.setattr(Measurer, "measure", measure_then_die)
+    monkeypatch.setattr(Measurer, "finish", finish_then_die)
     with pytest.raises(KeyboardInterrupt):
         run_loop(_config(base_dir, work, kb=1, rounds=1, pipeline=False), tasks, progress=False, measurer=measurer)
     partial = _records(work)
     assert len(partial) == 2 and len({r[1] for r in partial}) == 1
     assert json.loads((work / "state.json").read_text())["next_round"] == 0  # round 0 not committed
 
-    monkeypatch.setattr(Measurer, "measure", real)
+    monkeypatch.setattr(Measurer, "finish", real)
     res = run_loop(_config(base_dir, work, kb=1, rounds=1, pipeline=False), progress=False, measurer=measurer)
     recs = _records(work)
     assert recs[:2] == partial and len(recs) == 4 and res["measured_now"] == 2
     assert {r[1] for r in recs[2:]} != {partial[0][1]} and {r[2] for r in recs} == {0}
     assert res["normalized"] == 1.0 and (work / "models" / "round-0" / "tlm.json").is_file()
+
+
+@pytest.mark.tvm
+def test_next_task_is_generated_while_the_last_one_builds(base_dir, tasks, tmp_path, monkeypatch, measurer):
+    from tlm.measure.measurer import Measurer
+    from tlm.search.loop import _Loop
+
+    events = []
+    for cls, name in ((_Loop, "_candidates"), (Measurer, "start"), (Measurer, "finish")):
+        real = getattr(cls, name)
+        monkeypatch.setattr(cls, name, lambda self, *a, _r=real, _n=name, **k: (events.append(_n), _r(self, *a, **k))[1])
+    res = run_loop(_config(base_dir, tmp_path / "work", kb=1, rounds=1, pipeline=False), tasks, progress=False,
+                   measurer=measurer)
+    assert events == ["_candidates", "start", "_candidates", "finish", "start", "finish"]
+    assert res["measured_now"] == 4 and len(_records(tmp_path / "work")) == 4
 
 
 def test_cli_loop_errors(tmp_path):
@@ -190,8 +206,8 @@ def test_a_cost_model_chooses_what_a_round_measures(base_dir, tasks, host, tmp_p
 
     monkeypatch.setattr(CostModel, "rank", spy)
     measured = []
-    monkeypatch.setattr(type(measurer), "measure", lambda self, cands, best_s=None, _m=type(measurer).measure: (
-        measured.append(cands), _m(self, cands, best_s))[1])
+    monkeypatch.setattr(type(measurer), "start", lambda self, cands, _m=type(measurer).start: (
+        measured.append(cands), _m(self, cands))[1])
     cfg = _config(base_dir, tmp_path / "work", kb=1, kp=3, rounds=1, pipeline=False, cost_model=str(tmp_path / "cm"),
                   cm_pool=3, cm_explore=1)
     res = run_loop(cfg, tasks, progress=False, measurer=measurer)

@@ -87,6 +87,16 @@ class Candidate:
 
 
 @dataclass
+class PendingBatch:
+    """A batch whose builds `Measurer.start` started: `Measurer.finish` completes it."""
+
+    results: list  # [MeasureResult], schedule errors already filled in
+    todo: list  # [(index into results, scheduled IRModule)] being built
+    collect: Any  # () -> [BuilderResult] for todo, waiting for the builds; None: nothing to build
+    started: float  # time.perf_counter() at the builds' start
+
+
+@dataclass
 class MeasureResult:
     candidate: Candidate
     trace_json: Any  # trace.as_json(): plain lists, JSON-serializable
@@ -138,6 +148,7 @@ class Measurer:
         self._builder = None
         self._runner = None
         self._ref_pool = None
+        self._in_flight = None  # the collect function of a started batch whose builds are not collected
         self.measured = 0
 
     @property
@@ -219,11 +230,18 @@ class Measurer:
         """Build and time a batch; results are in the same order as `candidates`.
 
         `best_s`: the best known latency per task hash, for `MeasureConfig.slow_factor`."""
-        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+        return self.finish(self.start(candidates), best_s)
+
+    def start(self, candidates: list[Candidate]) -> PendingBatch:
+        """The untimed half of `measure`: replay the candidates' traces and start their builds (and
+        their tasks' references) in the worker processes, returning at once, so the caller can
+        prepare the next batch while they build; `finish` waits for the builds and times the
+        programs. One batch at a time: a batch started and never finished (its caller failed) is
+        waited for and dropped here."""
         from tvm.s_tir.meta_schedule.builder import BuilderInput
-        from tvm.s_tir.meta_schedule.runner import RunnerInput
 
         self._setup()
+        self._drop_in_flight()
         results: list[MeasureResult] = []
         todo: list[tuple[int, Any]] = []
         for cand in candidates:
@@ -234,15 +252,31 @@ class Measurer:
             except Exception as err:  # an invalid trace is a failed candidate, not a crash
                 res.error = "ScheduleError: " + _short(err)
             results.append(res)
-        if not todo:
+        collect = None
+        if todo:
+            for i, _ in todo:  # computed while the programs build
+                self._start_reference(results[i].candidate.task)
+            target = self.target.tvm()
+            collect = self._builder.submit([BuilderInput(mod, target) for _, mod in todo])
+            self._in_flight = collect
+        return PendingBatch(results, todo, collect, time.perf_counter())
+
+    def finish(self, pending: PendingBatch, best_s: dict[str, float] | None = None) -> list[MeasureResult]:
+        """Wait for a started batch's builds, time its programs; its results, in order."""
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+        from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+        results, todo = pending.results, pending.todo
+        if pending.collect is None:
             check_interrupt()
             return results
-        for i, _ in todo:  # computed while the programs build
-            self._start_reference(results[i].candidate.task)
-        target = self.target.tvm()
-        t0 = time.perf_counter()
-        built = self._builder.build([BuilderInput(mod, target) for _, mod in todo])
-        build_s = (time.perf_counter() - t0) / len(todo)
+        try:
+            built = pending.collect()
+        finally:
+            self._in_flight = None
+        # wall time from the start of the builds, over the programs (with `start`'s overlap, it
+        # includes what the caller did meanwhile)
+        build_s = (time.perf_counter() - pending.started) / len(todo)
         run_idx, run_inputs, dirs = [], [], []
         for (i, mod), b in zip(todo, built):
             results[i].build_s = build_s
@@ -275,8 +309,15 @@ class Measurer:
             for d in dirs:
                 shutil.rmtree(d, ignore_errors=True)
         check_interrupt()  # errors an interrupt caused are no candidate's: the batch is not kept
-        self.measured += len(candidates)
+        self.measured += len(results)
         return results
+
+    def _drop_in_flight(self) -> None:
+        collect, self._in_flight = self._in_flight, None
+        if collect is not None:
+            for b in collect():
+                if not b.error_msg:
+                    shutil.rmtree(os.path.dirname(str(b.artifact_path)), ignore_errors=True)
 
     def _run_limited(self, results, idx, inputs, best: dict[str, float]) -> None:
         """One program at a time, each with the slow-factor limit of its task's best so far (the
@@ -313,6 +354,7 @@ class Measurer:
 
     def close(self) -> None:
         shutil.rmtree(self._refdir, ignore_errors=True)
+        self._in_flight = None  # its builds die with the pool
         self._pending.clear()
         for obj in (self._builder, self._runner, self._ref_pool):
             try:

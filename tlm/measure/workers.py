@@ -281,6 +281,12 @@ def builder_class():
             self._pool, self._uses = None, 0
 
         def build(self, build_inputs):
+            return self.submit(build_inputs)()
+
+        def submit(self, build_inputs):
+            """Start building `build_inputs` in the pool and return at once a function that waits
+            for them and returns their BuilderResults (in order). One batch at a time: call the
+            returned function before the next submit (a recycle shuts the pool down)."""
             if self._pool is None or self._uses >= self.recycle:
                 if self._pool is not None:
                     self._pool.shutdown()
@@ -289,16 +295,23 @@ def builder_class():
                 )
                 self._uses = 0
             self._uses += 1
-            results = []
             args = [(self.f_build, self.f_export, b.mod, b.target, None) for b in build_inputs]
-            for res in self._pool.map_with_error_catching(lambda x: _worker_func(*x), args):
-                if res.status == StatusKind.COMPLETE:
-                    results.append(BuilderResult(res.value, None))
-                elif res.status == StatusKind.TIMEOUT:
-                    results.append(BuilderResult(None, f"LocalBuilder: Timeout after {self.timeout_sec} s"))
-                else:
-                    results.append(BuilderResult(None, f"LocalBuilder: {res.value}"))
-            return results
+            # Executor.map submits every input now; iterating waits for them in order.
+            mapped = self._pool.map_with_error_catching(lambda x: _worker_func(*x), args)
+            timeout = self.timeout_sec
+
+            def collect():
+                results = []
+                for res in mapped:
+                    if res.status == StatusKind.COMPLETE:
+                        results.append(BuilderResult(res.value, None))
+                    elif res.status == StatusKind.TIMEOUT:
+                        results.append(BuilderResult(None, f"LocalBuilder: Timeout after {timeout} s"))
+                    else:
+                        results.append(BuilderResult(None, f"LocalBuilder: {res.value}"))
+                return results
+
+            return collect
 
         def shutdown(self) -> None:
             if self._pool is not None:

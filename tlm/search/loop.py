@@ -36,7 +36,8 @@ from typing import Any
 
 from tlm.errors import TlmError, read_json
 from tlm.measure.measurer import MeasureConfig
-from tlm.model.finetune import FinetuneConfig, FinetuneJob, FinetuneOutcome, finetune_outcome, model_done
+from tlm.model.finetune import FinetuneJob
+from tlm.search.loop_finetune import FinetuneProcess
 from tlm.search.loop_state import (CSV_COLUMNS, STATE_VERSION, WorkDir, batch_key, converged, select_tasks,
                                    split_batches, stop_reason, write_convergence)
 
@@ -72,6 +73,9 @@ class LoopConfig:
     # cycle over every batch, then the tasks where the total latency is expected to gain most).
     schedule: str = "cycle"
     pipeline: bool = True
+    # Generate task i+1's programs while task i's build (Measurer.start / finish); the timed runs
+    # still have the machine to themselves (bench/results/collect_rate.md). False: one after the other.
+    overlap: bool = True
     temperature: float = 1.0
     top_k: int = 0
     # The cost model choosing which samples to measure (tlm.search.costmodel): "none", "auto" (the
@@ -105,7 +109,7 @@ class LoopConfig:
 
 # ---------------------------------------------------------------- the loop
 
-class _Loop:
+class _Loop(FinetuneProcess):
     def __init__(self, config: LoopConfig, tasks: list | None, progress: bool, measurer=None, after_task=None):
         from rich.console import Console
 
@@ -171,76 +175,6 @@ class _Loop:
     def _label(self, model: Path) -> str:
         return "base" if model == self.base else model.name
 
-    # ------------------------------------------------------------ fine-tuning process
-    def _launch_finetune(self, r: int) -> None:
-        from tlm.model.demos import demo_records, every_target_demos, write_demos
-
-        self._wait_finetune()
-        if self.config.demo_targets == "all":
-            demos, by_target = every_target_demos(self.db, self.tasks, self.target, self.config.per_task_demos)
-            demos = demos if by_target.get(self.target.key) else []  # none of its own yet: nothing to learn
-            targets = [k for k, n in by_target.items() if n]  # the CPUs the model learns (its own first)
-        else:
-            demos = demo_records(self.db, self.tasks, self.target, self.config.per_task_demos)
-            targets = [self.target.key]
-        if not demos:
-            self.state["finetune"] = {"round": r, "status": "skipped", "demonstrations": 0}
-            self.wd.save()
-            self.console.print(f"  round {r}: no demonstrations yet, no fine-tuning")
-            return
-        demos_path = self.work / "demos" / f"round-{r}.jsonl"
-        write_demos(demos, demos_path)
-        out = self.wd.model_dir(r)
-        c = self.config
-        ft = FinetuneConfig(steps=c.ft_steps, lr=c.ft_lr, batch_size=c.ft_batch_size, epochs=c.ft_epochs,
-                            loss=c.ft_loss, seed=c.seed + r, device=c.device, threads=c.ft_threads)
-        log_path = self.work / "logs" / f"finetune-round-{r}.log"
-        self._job = FinetuneJob(self.base, demos_path, out, ft, log_path, targets)
-        self.state["finetune"] = {"round": r, "status": "running", "demonstrations": len(demos),
-                                  "out": str(out), "log": str(log_path), "started_wall_s": round(self.wd.wall(), 3)}
-        self.wd.save()
-        mode = "in the background" if c.pipeline else "now"
-        self.console.print(f"  fine-tuning the base on {len(demos)} demonstrations into {out.name} {mode}")
-        if not c.pipeline:
-            self._wait_finetune()
-
-    def _finish_finetune(self, outcome: FinetuneOutcome) -> None:
-        ft = self.state["finetune"]
-        self._job = None
-        if outcome.ok:
-            ft["status"] = "done"
-            ft.update(outcome.report)
-        else:
-            ft["status"] = "failed"
-            ft["error"] = outcome.error
-            self.console.print(f"  [red]fine-tuning of round {ft['round']} failed[/red]: {ft['error']} "
-                               f"(see {ft['log']}); the previous model stays in use")
-        self.wd.save()
-
-    def _poll_finetune(self) -> None:
-        if self._job is not None and (outcome := self._job.poll()) is not None:
-            self._finish_finetune(outcome)
-
-    def _wait_finetune(self) -> None:
-        if self._job is not None:
-            with self.console.status(f"waiting for the fine-tuning of round {self.state['finetune']['round']}"):
-                outcome = self._job.wait()
-            self._finish_finetune(outcome)
-
-    def _resume_finetune(self) -> None:
-        """Relaunch the fine-tuning of the last committed round if a previous run did not finish it."""
-        last = self.state["next_round"] - 1
-        if last < 0:
-            return
-        ft = self.state.get("finetune")
-        if ft and ft["round"] == last and ft["status"] != "running":
-            return
-        if ft and ft["round"] == last and model_done(Path(ft["out"])):
-            self._finish_finetune(finetune_outcome(ft["out"], ft["log"], 0))
-            return
-        self.console.print(f"  resuming the fine-tuning of round {last}")
-        self._launch_finetune(last)
-
     # ------------------------------------------------------------ measuring
     def _get_measurer(self):
         from tlm.measure.measurer import Measurer
@@ -303,12 +237,31 @@ class _Loop:
             self._others = other_targets(self.db, self.target)
         start_wall = self.wd.wall()
         new = errors = gen_fail = 0
-        gen_s = measure_s = 0.0
+        gen_s = 0.0
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TextColumn("{task.fields[status]}"), console=self.console, disable=not self.progress,
                       transient=True) as bar:
             job = bar.add_task(f"round {r} ({where}, {self._label(model)})",
                                total=kp * len(batch), completed=sum(min(kp, h) for _, h in todo), status="")
+            # Task i's programs build (in the worker processes) while task i+1's are generated here;
+            # only the timed runs have the machine to themselves (Measurer.start / finish).
+            pending = None  # (task, need, PendingBatch, best known latency) being built
+            measure_s = 0.0
+
+            def finish_pending() -> None:
+                nonlocal new, errors, measure_s
+                p_task, p_need, started, best = pending
+                t0 = time.perf_counter()
+                results = self._get_measurer().finish(started, best_s={p_task.hash: best} if best else None)
+                self.db.add_results(results, self.target.key)
+                measure_s += time.perf_counter() - t0
+                new += len(results)
+                errors += sum(1 for res in results if not res.ok)
+                self.measured_now += len(results)
+                if self.after_task is not None:
+                    self.after_task(self.db)
+                bar.update(job, advance=p_need)
+
             for i, (task, have) in enumerate(todo):
                 need = kp - have
                 if need <= 0:
@@ -322,20 +275,23 @@ class _Loop:
                     self.console.print(f"  [yellow]{task.name}[/yellow]: no programs generated: {err}")
                 gen_s += time.perf_counter() - t0
                 gen_fail += bad
+                if pending is not None:
+                    finish_pending()
+                    pending = None
                 if cands:
                     bar.update(job, status=f"task {i + 1}/{len(batch)} {task.name[:32]}: measuring {len(cands)}")
                     t0 = time.perf_counter()
                     best = self.db.best(task.hash, self.target.key)  # for MeasureConfig.slow_factor
-                    results = self._get_measurer().measure(cands, best_s={task.hash: best.median_s} if best else None)
-                    self.db.add_results(results, self.target.key)
+                    pending = (task, need, self._get_measurer().start(cands), best.median_s if best else None)
                     measure_s += time.perf_counter() - t0
-                    new += len(results)
-                    errors += sum(1 for res in results if not res.ok)
-                    self.measured_now += len(results)
-                    if self.after_task is not None:
-                        self.after_task(self.db)
+                    if not self.config.overlap:
+                        finish_pending()
+                        pending = None
+                else:
+                    bar.update(job, advance=need)
                 self._poll_finetune()
-                bar.update(job, advance=need)
+            if pending is not None:
+                finish_pending()
         point = self.wd.point(r, b, self._label(model), self.tasks, self.db.counts_by_task(self.target.key),
                               self.db.best_by_task(self.target.key))
         self.wd.commit_round({
