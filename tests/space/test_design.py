@@ -121,6 +121,35 @@ def test_invalid_choices_are_refused(W, host):
 
 
 @pytest.mark.tvm
+@pytest.mark.parametrize("name", ["conv3x3", "depthwise_conv", "softmax", "layer_norm", "pooling", "dense_bias"])
+@given(seed=st.integers(0, 2**31 - 1))
+@settings(max_examples=6, deadline=None)
+def test_location_choices_are_tvms(W, host, name, seed):
+    """At every compute-location decision of random walks, the set computed by TVM's rules with
+    TVM's checks (`location_choices`) is the set TVM's own sampling reveals when probed."""
+    from tlm.space.design import task_space, walk
+    from tlm.space.locations import location_choices, probed_location_choices
+
+    space = task_space(W.TINY[name](), host)
+    rng = random.Random(seed)
+    seen = []
+
+    def policy(point):
+        if point.kind == "loc":
+            sch, block = point._probe
+            want = probed_location_choices(sch, block)
+            assert location_choices(sch, block) == want, point.context
+            seen.append(want)
+            return want[rng.randrange(len(want))]
+        return point.choices[rng.randrange(len(point.choices))]
+
+    for space_index in range(len(space)):
+        prog = walk(space, lambda p: space_index if p.kind == "space" else policy(p), postproc=False)
+        assert prog.error is None, prog.error
+    assert seen or name in ("dense_bias",)
+
+
+@pytest.mark.tvm
 def test_innermost_limit_is_enforced(W, host):
     from tlm.space.design import replay, task_space
 

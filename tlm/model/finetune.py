@@ -251,14 +251,27 @@ def finetune_outcome(out_dir: str | Path, log_path: str | Path, rc: int) -> Fine
     return FinetuneOutcome(False, error=(tail[0] if tail else f"exit status {rc}")[:300])
 
 
+def _idle_priority() -> None:
+    """In a child process before it starts: run only on cores nothing else wants (Linux
+    SCHED_IDLE; elsewhere nice 19 alone), so timed programs beside it keep their cores
+    (bench/results/idle_neighbour.md)."""
+    if hasattr(os, "SCHED_IDLE"):
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except OSError:
+            pass
+    os.nice(19)
+
+
 class FinetuneJob:
     """`python -m tlm.model.finetune --demos FILE` in a child process with `config.threads` threads,
     its output in `log_path`; `poll` or `wait` for its outcome, `terminate` to stop it."""
 
     def __init__(self, base: str | Path, demos_path: str | Path, out_dir: str | Path, config: FinetuneConfig,
-                 log_path: str | Path, targets: list[str] | None = None):
+                 log_path: str | Path, targets: list[str] | None = None, idle: bool = False):
         """`targets`: the keys of the CPUs the demonstrations were measured on (the model's
-        `targets` gain them, as `tlm finetune --db --target all` does)."""
+        `targets` gain them, as `tlm finetune --db --target all` does). `idle`: at idle priority
+        (`_idle_priority`)."""
         self.out_dir, self.log_path = Path(out_dir), Path(log_path)
         c = config
         cmd = [sys.executable, "-m", "tlm.model.finetune", "--base", str(base), "--demos", str(demos_path),
@@ -269,7 +282,8 @@ class FinetuneJob:
         env = dict(os.environ, OMP_NUM_THREADS=str(max(1, c.threads)), MKL_NUM_THREADS=str(max(1, c.threads)),
                    PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
         self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=root)
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=root,
+                                     preexec_fn=_idle_priority if idle else None)
 
     def _end(self, rc: int) -> FinetuneOutcome:
         self._log.close()

@@ -11,13 +11,16 @@ expected to gain most (tlm.search.loop_state.gain_batch). The newest finished mo
 0: the base) generates k_p new programs per task (sentences already in the database are
 skipped; with a cost model, `LoopConfig.cost_model`, k_p of cm_pool x k_p samples: cm_explore
 plain samples and the cost model's top picks), they are measured and committed (proposer "tlm",
-round r), then the demonstrations
+round r; a task's programs build in the measurer's worker processes while the next task's are
+generated, `LoopConfig.overlap`; the timed runs still have the machine to themselves), then the
+demonstrations
 (the best measured program of every training task, over all records) fine-tune the BASE model
-into work/models/round-<r>. Fine-tuning runs in its own process (`python -m tlm.model.finetune`, one
-torch thread) while the next round is measured with the previous model: the paper's
-two-process pipeline, where demonstrations i give TLM i+2. `--no-pipeline` waits instead
-(quieter timings on a machine with few cores, since the fine-tuning process competes with the
-measurement for CPU).
+into work/models/round-<r>. Fine-tuning runs in its own process (tlm.search.loop_finetune:
+`python -m tlm.model.finetune`, one torch thread) while the next round is measured with the
+previous model: the paper's two-process pipeline, where demonstrations i give TLM i+2.
+`--no-pipeline` waits instead (quieter timings on a machine with few cores, since the
+fine-tuning process competes with the measurement for CPU), unless the fine-tuning runs at idle
+priority (`LoopConfig.ft_idle`: it gets only the cores the measuring leaves idle).
 
 The work directory (tlm.search.loop_state) holds everything needed to resume. A program is never
 measured twice: a round killed half-way measures only what it lacks (per-task counts of its
@@ -62,6 +65,9 @@ class LoopConfig:
     ft_epochs: float = 3.0
     ft_loss: str = "sentence"  # bench/results/sft_loss.md
     ft_threads: int = 1
+    # The fine-tuning process at idle priority (Linux SCHED_IDLE, nice 19): with `pipeline`, it
+    # trains on the cores the measuring leaves idle (bench/results/idle_neighbour.md).
+    ft_idle: bool = True
     # PyTorch threads of this process's generation (0: PyTorch's default, one per core). 1 by
     # default: beside another busy process, PyTorch's threads wait for one another's time slices
     # (bench/results/generation.md: 1.6x faster beside two busy processes, 3.5x beside a PyTorch
@@ -238,6 +244,7 @@ class _Loop(FinetuneProcess):
         start_wall = self.wd.wall()
         new = errors = gen_fail = 0
         gen_s = 0.0
+        used = [self._label(model)]  # the models that generated this round (one, unless a fine-tuning ended)
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TextColumn("{task.fields[status]}"), console=self.console, disable=not self.progress,
                       transient=True) as bar:
@@ -289,13 +296,18 @@ class _Loop(FinetuneProcess):
                         pending = None
                 else:
                     bar.update(job, advance=need)
+                running = self._job is not None
                 self._poll_finetune()
+                if running and self._job is None and (newer := self._newest_model(r)) != model:
+                    model, gen = newer, self._generator(newer)  # a pipelined fine-tuning just finished
+                    used.append(self._label(model))
+                    self.console.print(f"  round {r}: generating with {self._label(model)} from task {i + 2} on")
             if pending is not None:
                 finish_pending()
         point = self.wd.point(r, b, self._label(model), self.tasks, self.db.counts_by_task(self.target.key),
                               self.db.best_by_task(self.target.key))
         self.wd.commit_round({
-            "round": r, "batch": b, "tasks": len(batch), "model": self._label(model), "measured": new,
+            "round": r, "batch": b, "tasks": len(batch), "model": used[0], "models": used, "measured": new,
             "errors": errors, "generation_failures": gen_fail, "seconds": round(self.wd.wall() - start_wall, 3),
             "generate_s": round(gen_s, 3), "measure_s": round(measure_s, 3), "cost_model": self._cm_label}, point)
         write_convergence(self.work, self.state["curve"], self._title())

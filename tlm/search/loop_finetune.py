@@ -38,7 +38,7 @@ class FinetuneProcess:
         ft = FinetuneConfig(steps=c.ft_steps, lr=c.ft_lr, batch_size=c.ft_batch_size, epochs=c.ft_epochs,
                             loss=c.ft_loss, seed=c.seed + r, device=c.device, threads=c.ft_threads)
         log_path = self.work / "logs" / f"finetune-round-{r}.log"
-        self._job = FinetuneJob(self.base, demos_path, out, ft, log_path, targets)
+        self._job = FinetuneJob(self.base, demos_path, out, ft, log_path, targets, idle=c.ft_idle)
         self.state["finetune"] = {"round": r, "status": "running", "demonstrations": len(demos),
                                   "out": str(out), "log": str(log_path), "started_wall_s": round(self.wd.wall(), 3)}
         self.wd.save()
