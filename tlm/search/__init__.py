@@ -7,6 +7,7 @@
 - tlm_tuner.py    the language model as the proposer (greedy program, samples, rounds by weight x latency)
 - tune.py         `tlm tune`: one entry for every tuner
 - loop.py         iterative optimization: generate, measure, fine-tune, in rounds
+- loop_finetune.py the loop's fine-tuning process (beside the measuring, or waited for)
 - proposals.py    what a round measures for a task: other CPUs' fastest programs, samples, cost-model picks
 - loop_cli.py     `tlm loop`
 - loop_state.py   the loop's work directory, batches (cycle or gain schedule), stop rule and convergence log
