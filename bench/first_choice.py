@@ -27,6 +27,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -51,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", default=None, help="default work/first-choice-HARDWARE")
     p.add_argument("--out", default=str(ROOT / "bench" / "results"))
     p.add_argument("--name", default="first_choice")
+    p.add_argument("--other-hardware", action="store_true",
+                   help="take the held-out tasks of a run measured on another CPU (its MetaSchedule@64 "
+                        "latencies are not this CPU's: the MS@64 columns stay empty)")
     args = p.parse_args(argv)
 
     from types import SimpleNamespace
@@ -71,12 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     hw = hardware_slug(target.key)
     run = Path(args.heldout or ROOT / "results" / f"heldout-{hw}")
     cfg = json.loads((run / "config.json").read_text())
-    if cfg.get("hardware") != hw:
-        sys.exit(f"bench/first_choice.py: {run} was measured on {cfg.get('hardware')}, not on this {hw}")
+    if cfg.get("hardware") != hw and not args.other_hardware:
+        sys.exit(f"bench/first_choice.py: {run} was measured on {cfg.get('hardware')}, not on this {hw} "
+                 "(--other-hardware: its tasks without its MetaSchedule latencies)")
     tbw = {w: tasks_for_source(w, target=target).tasks for w in cfg["workloads"]}
     picked = read_tasks(run / "heldout" / "tasks.json", tbw)[: args.tasks]
     ms64 = {}
-    with open(run / "heldout.csv", newline="") as f:
+    with open(run / "heldout.csv" if cfg.get("hardware") == hw else os.devnull, newline="") as f:
         for r in csv.DictReader(f):
             if r["method"] == "metaschedule" and r["k"] == "64" and r["best_us"]:
                 ms64[r["hash"]] = float(r["best_us"]) * 1e-6
@@ -166,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
            + (f" --models {' '.join(args.models)}" if args.models else "")
            + (f" --top-k {args.top_k}" if args.top_k else "")
            + (f" --cost-models {' '.join(args.cost_models)}" if args.cost_models else "")
-           + (f" --work {args.work}" if args.work else "") + f" --name {args.name}`")
+           + (f" --work {args.work}" if args.work else "") + (f" --heldout {args.heldout}" if args.heldout else "")
+           + (" --other-hardware" if args.other_hardware else "") + f" --name {args.name}`")
     gens = ", ".join(f"{k} = `{v}`" for k, v in models.items())
     lines = [f"# TLM's first choice on held-out tasks ({hw})", "",
              f"{len(picked)} held-out tasks of `{run}` x seeds {args.seeds} = {len(per_task)} first choices per "
