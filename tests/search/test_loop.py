@@ -161,6 +161,28 @@ def test_next_task_is_generated_while_the_last_one_builds(base_dir, tasks, tmp_p
     assert res["measured_now"] == 4 and len(_records(tmp_path / "work")) == 4
 
 
+@pytest.mark.tvm
+def test_a_round_switches_to_a_fine_tuning_that_ends_during_it(base_dir, tasks, tmp_path, monkeypatch, measurer):
+    """Pipelined: round 1 starts with the base while round 0's fine-tuning runs; when it ends
+    (here: at the first poll after the round's first task), the rest of the round uses its model."""
+    from tlm.model.finetune import FinetuneJob
+
+    polls = []
+    real_poll = FinetuneJob.poll
+
+    def poll(self):
+        polls.append(1)
+        return None if len(polls) == 1 else self.wait()  # running at round 1's start, then done
+
+    work = tmp_path / "work"
+    monkeypatch.setattr(FinetuneJob, "poll", poll)
+    run_loop(_config(base_dir, work, kb=1, rounds=2, kp=1), tasks, progress=False, measurer=measurer)
+    monkeypatch.setattr(FinetuneJob, "poll", real_poll)
+    state = json.loads((work / "state.json").read_text())
+    assert state["rounds"][0]["models"] == ["base"]
+    assert state["rounds"][1]["model"] == "base" and state["rounds"][1]["models"] == ["base", "round-0"]
+
+
 def test_cli_loop_errors(tmp_path):
     from tlm.cli import main
 
