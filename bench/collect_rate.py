@@ -27,6 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 
 def _tasks(n: int, seed: int, target) -> list:
@@ -58,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default=str(ROOT / "pretrained" / "tlm-ft-llvm-x86_64"))
     p.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = p.parse_args(argv)
+    from results_file import write_results
+
 
     from tvm.s_tir import Schedule
 
@@ -99,9 +102,6 @@ def main(argv: list[str] | None = None) -> int:
                "tasks": [{"name": t.name, "kind": t.kind} for t in tasks],
                "settings": {k: {"rate_median": med[k], "runs": v} for k, v in runs.items()},
                "speedup": med["overlap"] / med["sequential"]}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "collect_rate.json").write_text(json.dumps(summary, indent=1))
     lines = ["# The collector's rate: generating the next task while the last one builds", "",
              f"`{command}` on `{target.key}`: one loop round over {len(tasks)} training tasks "
              f"({len({t.kind for t in tasks})} kinds), k_p 8 with the shipped cost model, the collector's timing "
@@ -112,8 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{statistics.median(r['generate_s'] for r in v):.1f} | "
                      f"{statistics.median(r['measure_s'] for r in v):.1f} |")
     lines += ["", f"Overlap over sequential: **{summary['speedup']:.2f}x** programs per second."]
-    (out / "collect_rate.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results(args.out, "collect_rate", summary, lines)
     return 0
 
 

@@ -81,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = p.parse_args(argv)
+    from results_file import write_results
+
     if not hasattr(os, "SCHED_IDLE"):
         print("error: SCHED_IDLE needs Linux", file=sys.stderr)
         return 2
@@ -143,9 +145,6 @@ def main(argv: list[str] | None = None) -> int:
                "beside_over_quiet_median_ratio": slower,
                "neighbour_steps_per_s_beside": statistics.median(x["neighbour_steps_per_s"] for x in beside),
                "neighbour_steps_per_s_alone": alone, "runs": runs}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "idle_neighbour.json").write_text(json.dumps(summary, indent=1))
     lines = ["# Timings beside an idle-priority fine-tuning process", "",
              f"`{command}` on `{summary['host']}`: {len(work)} tasks, {sum(len(w['traces']) for w in work)} random "
              f"programs, the collector's timing rules, {args.rounds} interleaved rounds; the neighbour trains the "
@@ -159,8 +158,7 @@ def main(argv: list[str] | None = None) -> int:
               f"the median program's latency beside / quiet: {slower:.3f}.", "",
               f"The neighbour's training steps per second: {summary['neighbour_steps_per_s_beside']:.2f} beside the "
               f"measurer, {alone:.2f} alone."]
-    (out / "idle_neighbour.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results(args.out, "idle_neighbour", summary, lines)
     return 0
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import random
 import statistics
 import sys
@@ -104,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = p.parse_args(argv)
+    from results_file import write_results
+
 
     from collect_rate import _tasks
 
@@ -123,9 +124,6 @@ def main(argv: list[str] | None = None) -> int:
     probed = sum(v["probed_s"] for v in agree.values())
     summary = {"command": command, "host": target.key, "points": points, "agree": same, "rules_s": rules,
                "probed_s": probed, "per_kind": agree, "generation": gen}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "locations.json").write_text(json.dumps(summary, indent=1))
     g = gen["cpu_s_per_task"]
     lines = ["# Compute-location choice sets: TVM's rules vs probing TVM's sampling", "",
              f"`{command}` on `{target.key}` (beside the collector; CPU time, not wall time).", "",
@@ -140,8 +138,7 @@ def main(argv: list[str] | None = None) -> int:
               f"thread), {len(gen_tasks)} tasks ({', '.join(heavy)}), {args.rounds} interleaved rounds: CPU s per "
               f"task {g['rules']:.3f} with the rules, {g['probed']:.3f} probing "
               f"(**{g['probed'] / max(g['rules'], 1e-9):.2f}x**); the same sentences: {gen['same_sentences']}."]
-    (out / "locations.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results(args.out, "locations", summary, lines)
     return 0
 
 
