@@ -221,9 +221,11 @@ def _replay(space: TaskSpace, idx: int, decide: Callable[[DecisionPoint], Choice
 
 
 def _point(sch, index: int, static: dict, inputs) -> DecisionPoint:
+    from tvm.s_tir.schedule import _ffi_api as api  # Schedule.get's argument checks cost more than the call
+
     kind = static["kind"]
     if kind == "tile":
-        extent = sch.get(inputs[0]).extent
+        extent = api.ScheduleGet(sch, inputs[0]).extent
         if not hasattr(extent, "value"):
             raise TlmError("dynamic loop extent")
         ctx = dict(static, extent=int(extent.value))
@@ -233,7 +235,7 @@ def _point(sch, index: int, static: dict, inputs) -> DecisionPoint:
         ctx = {k: v for k, v in static.items() if k != "kind"}
         return DecisionPoint(index, kind, ctx, tuple(range(len(ctx["candidates"]))))
     if kind == "loc":
-        name = sch.get(inputs[0]).name_hint  # the live name: rfactor/cache blocks have none in the trace
+        name = api.ScheduleGet(sch, inputs[0]).name_hint  # the live name: rfactor/cache blocks have none in the trace
         return DecisionPoint(index, kind, {"block": str(name)}, probe=(sch, inputs[0]))
     raise TlmError(f"unsupported decision kind {kind}")
 

@@ -47,29 +47,31 @@ def location_choices(sch, block_rv) -> tuple[int, ...]:
       with unit loops preserved succeeds on a copy (TVM's CanComputeAt runs the same checks).
     One check per loop, where probing TVM's repair rule (`probed_location_choices`, which gives
     the same set: tests/space) costs one whole analysis per candidate: 5-9x less time on convs."""
-    from tvm_ffi import get_global_func
+    from tvm.s_tir.schedule import _ffi_api as api
 
-    iter_type = get_global_func("s_tir.schedule.GetLoopIterType")
     found = [ROOT]
-    if _succeeds(lambda t: t.compute_inline(block_rv), sch):
+    if _succeeds(lambda t: api.ScheduleComputeInline(t, block_rv), sch):
         found.append(INLINE)
-    consumers = sch.get_consumers(block_rv)
+    # TVM's own functions, not Schedule's methods: their Python argument checks cost more than
+    # these calls (about 0.3 ms each; a location decision makes dozens)
+    consumers = list(api.ScheduleGetConsumers(sch, block_rv))
     if not consumers:
         return tuple(sorted(found))
-    srefs = [sch.get_sref(c) for c in consumers]
+    srefs = [api.ScheduleGetSRef(sch, c) for c in consumers]
     boundary = _common_ancestor(srefs) if len(srefs) > 1 else srefs[0].parent
     if boundary is None or type(boundary.stmt).__name__ != "For":
         return tuple(sorted(found))
-    loops = list(sch.get_loops(consumers[0]))
-    pos = next((i for i, lp in enumerate(loops) if sch.get_sref(lp).same_as(boundary)), None)
+    loops = list(api.ScheduleGetLoops(sch, consumers[0]))
+    pos = next((i for i, lp in enumerate(loops) if api.ScheduleGetSRef(sch, lp).same_as(boundary)), None)
     if pos is None:
         raise RuntimeError("compute location: the consumers' common loop is not around the first consumer")
     loops = loops[: pos + 1]
+    iter_type = _iter_type()
     types = [str(iter_type(sch, lp)) for lp in loops]
     last_datapar = max((i for i, t in enumerate(types) if t == "S"), default=-1)
     visited_reduce = False
     for i, lp in enumerate(loops):
-        extent = sch.get(lp).extent
+        extent = api.ScheduleGet(sch, lp).extent
         if hasattr(extent, "value") and int(extent.value) == 1:
             continue
         if types[i] == "S":
@@ -79,15 +81,25 @@ def location_choices(sch, block_rv) -> tuple[int, ...]:
             visited_reduce = True
             if i > last_datapar:
                 break
-        if _succeeds(lambda t, lp=lp: t.compute_at(block_rv, lp, preserve_unit_loops=True), sch):
+        if _succeeds(lambda t, lp=lp: api.ScheduleComputeAt(t, block_rv, lp, True, -1), sch):
             found.append(i)
     return tuple(sorted(found))
 
 
+@lru_cache(maxsize=1)
+def _iter_type():
+    """TVM's GetLoopIterType of a loop: "S" data parallel, "R" reduction, "O" other."""
+    from tvm_ffi import get_global_func
+
+    return get_global_func("s_tir.schedule.GetLoopIterType")
+
+
 def _succeeds(primitive, sch) -> bool:
     """Whether a schedule primitive succeeds on a copy of `sch` (the copy is dropped)."""
+    from tvm.s_tir.schedule import _ffi_api as api
+
     try:
-        primitive(sch.copy())
+        primitive(api.ScheduleCopy(sch))
     except Exception:  # a ScheduleError: TVM's check failed
         return False
     return True
