@@ -319,3 +319,16 @@ def test_parts_give_the_batch_gradient():
     part_loss, parted = grads([[0, 2, 4], [1, 3, 5]])
     assert abs(whole_loss - part_loss) < 1e-5
     assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(whole, parted))
+
+
+def test_idle_priority_in_a_child():
+    """`--idle` (the collector's fine-tuning beside its measuring): the process drops to
+    SCHED_IDLE and nice 19 (Linux), where it only gets cores nothing else wants."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import os; from tlm.model.finetune import idle_priority; idle_priority(); "
+            "print(os.sched_getscheduler(0) == getattr(os, 'SCHED_IDLE', -1), os.nice(0))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[1] == "19" and (out[0] == "True" or not hasattr(os, "SCHED_IDLE"))

@@ -251,10 +251,9 @@ def finetune_outcome(out_dir: str | Path, log_path: str | Path, rc: int) -> Fine
     return FinetuneOutcome(False, error=(tail[0] if tail else f"exit status {rc}")[:300])
 
 
-def _idle_priority() -> None:
-    """In a child process before it starts: run only on cores nothing else wants (Linux
-    SCHED_IDLE; elsewhere nice 19 alone), so timed programs beside it keep their cores
-    (bench/results/idle_neighbour.md)."""
+def idle_priority() -> None:
+    """Run this process only on cores nothing else wants (Linux SCHED_IDLE; elsewhere nice 19
+    alone), so timed programs beside it keep their cores (bench/results/idle_neighbour.md)."""
     if hasattr(os, "SCHED_IDLE"):
         try:
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
@@ -270,20 +269,19 @@ class FinetuneJob:
     def __init__(self, base: str | Path, demos_path: str | Path, out_dir: str | Path, config: FinetuneConfig,
                  log_path: str | Path, targets: list[str] | None = None, idle: bool = False):
         """`targets`: the keys of the CPUs the demonstrations were measured on (the model's
-        `targets` gain them, as `tlm finetune --db --target all` does). `idle`: at idle priority
-        (`_idle_priority`)."""
+        `targets` gain them, as `tlm finetune --db --target all` does). `idle`: the process sets
+        itself to idle priority first (`--idle`, `idle_priority`)."""
         self.out_dir, self.log_path = Path(out_dir), Path(log_path)
         c = config
         cmd = [sys.executable, "-m", "tlm.model.finetune", "--base", str(base), "--demos", str(demos_path),
                "--out", str(out_dir), "--steps", str(c.steps), "--lr", repr(c.lr), "--batch-size", str(c.batch_size),
                "--epochs", repr(c.epochs), "--loss", c.loss, "--seed", str(c.seed), "--device", c.device,
-               "--threads", str(c.threads)] + (["--target", *targets] if targets else [])
+               "--threads", str(c.threads)] + (["--target", *targets] if targets else []) + (["--idle"] if idle else [])
         root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ, OMP_NUM_THREADS=str(max(1, c.threads)), MKL_NUM_THREADS=str(max(1, c.threads)),
                    PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
         self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=root,
-                                     preexec_fn=_idle_priority if idle else None)
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=root)
 
     def _end(self, rc: int) -> FinetuneOutcome:
         self._log.close()
@@ -314,6 +312,8 @@ def _config_from_args(args: argparse.Namespace) -> FinetuneConfig:
 
 
 def _cmd_finetune(args: argparse.Namespace) -> int:
+    if args.idle:
+        idle_priority()
     if bool(args.db) == bool(args.demos):
         raise TlmError("give either --db or --demos")
     cfg = _config_from_args(args)
@@ -367,6 +367,8 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     p.add_argument("--progress", action="store_true", help="show a progress bar")
+    p.add_argument("--idle", action="store_true",
+                   help="run at idle priority (Linux SCHED_IDLE, nice 19): only on cores nothing else wants")
     p.set_defaults(func=_cmd_finetune)
 
 
