@@ -37,18 +37,9 @@ def _tasks(n: int, seed: int, target) -> list:
     tasks = read_tasks_archive(archive)
     if not tasks:
         raise SystemExit(f"error: no tasks archive {archive} for this target")
-    rng = random.Random(seed)
-    by_kind: dict[str, list] = {}
-    for t in sorted(tasks, key=lambda t: t.hash):
-        by_kind.setdefault(t.kind, []).append(t)
-    for group in by_kind.values():
-        rng.shuffle(group)
-    picked: list = []
-    while len(picked) < n and any(by_kind.values()):
-        for kind in sorted(by_kind):
-            if by_kind[kind] and len(picked) < n:
-                picked.append(by_kind[kind].pop())
-    return picked
+    from measure_rate import spread_over_kinds
+
+    return spread_over_kinds(tasks, n, random.Random(seed))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,6 @@ import argparse
 import csv
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -81,10 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     tbw = {w: tasks_for_source(w, target=target).tasks for w in cfg["workloads"]}
     picked = read_tasks(run / "heldout" / "tasks.json", tbw)[: args.tasks]
     ms64 = {}
-    with open(run / "heldout.csv" if cfg.get("hardware") == hw else os.devnull, newline="") as f:
-        for r in csv.DictReader(f):
-            if r["method"] == "metaschedule" and r["k"] == "64" and r["best_us"]:
-                ms64[r["hash"]] = float(r["best_us"]) * 1e-6
+    if cfg.get("hardware") == hw:  # another CPU's MetaSchedule latencies are not this one's
+        with open(run / "heldout.csv", newline="") as f:
+            for r in csv.DictReader(f):
+                if r["method"] == "metaschedule" and r["k"] == "64" and r["best_us"]:
+                    ms64[r["hash"]] = float(r["best_us"]) * 1e-6
 
     models = {}
     for spec in args.models or [f"shipped={default_model_dir(target)}"]:

@@ -33,6 +33,22 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, os.environ.get("TLM_BENCH_CHECKOUT", str(ROOT)))  # a worker runs its checkout's tlm
 
 
+def spread_over_kinds(tasks, n: int, rng: random.Random) -> list:
+    """Up to n of `tasks`, round robin over their kinds (sorted by name), each kind's tasks in an
+    order `rng` shuffles (from their order by hash): the benches' task sample."""
+    by_kind: dict[str, list] = {}
+    for t in sorted(tasks, key=lambda t: t.hash):
+        by_kind.setdefault(t.kind, []).append(t)
+    for group in by_kind.values():
+        rng.shuffle(group)
+    picked: list = []
+    while len(picked) < n and any(by_kind.values()):
+        for kind in sorted(by_kind):
+            if by_kind[kind] and len(picked) < n:
+                picked.append(by_kind[kind].pop())
+    return picked
+
+
 def _programs(sources: list[str], n_tasks: int, per_task: int, seed: int) -> list[dict]:
     """[{task: Task JSON with its module, traces: [trace JSON]}]: n_tasks tasks, round robin over
     kinds (seeded), each with per_task random programs."""
@@ -43,16 +59,7 @@ def _programs(sources: list[str], n_tasks: int, per_task: int, seed: int) -> lis
     target = host_target()
     tasks = {t.hash: t for src in sources for t in tasks_for_source(src, target).tasks}
     rng = random.Random(seed)
-    by_kind: dict[str, list] = {}
-    for t in sorted(tasks.values(), key=lambda t: t.hash):
-        by_kind.setdefault(t.kind, []).append(t)
-    for group in by_kind.values():
-        rng.shuffle(group)
-    picked = []
-    while len(picked) < n_tasks and any(by_kind.values()):
-        for kind in sorted(by_kind):
-            if by_kind[kind] and len(picked) < n_tasks:
-                picked.append(by_kind[kind].pop())
+    picked = spread_over_kinds(tasks.values(), n_tasks, rng)  # then the programs' seeds, from the same stream
     out = []
     for task in picked:
         traces = []

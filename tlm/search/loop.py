@@ -39,7 +39,6 @@ from typing import Any
 
 from tlm.errors import TlmError, read_json
 from tlm.measure.measurer import MeasureConfig
-from tlm.model.finetune import FinetuneJob
 from tlm.search.loop_finetune import FinetuneProcess
 from tlm.search.loop_state import (CSV_COLUMNS, STATE_VERSION, WorkDir, batch_key, converged, select_tasks,
                                    split_batches, stop_reason, write_convergence)
@@ -143,7 +142,7 @@ class _Loop(FinetuneProcess):
         self.patience = config.patience_measurements or config.kp * len(self.tasks)
         self.state = self.wd.load_state(self.target.key)
         self.db = open_db(str(self.work / "db"))
-        self._job: FinetuneJob | None = None
+        self._job = None  # the fine-tuning process (FinetuneProcess)
         self._measurer = measurer
         self._own_measurer = measurer is None
         self._gen: tuple[str, Any] | None = None

@@ -66,8 +66,7 @@ def location_choices(sch, block_rv) -> tuple[int, ...]:
     if pos is None:
         raise RuntimeError("compute location: the consumers' common loop is not around the first consumer")
     loops = loops[: pos + 1]
-    iter_type = _iter_type()
-    types = [str(iter_type(sch, lp)) for lp in loops]
+    types = [str(api.GetLoopIterType(sch, lp)) for lp in loops]  # "S" data parallel, "R" reduction, "O" other
     last_datapar = max((i for i, t in enumerate(types) if t == "S"), default=-1)
     visited_reduce = False
     for i, lp in enumerate(loops):
@@ -84,14 +83,6 @@ def location_choices(sch, block_rv) -> tuple[int, ...]:
         if _succeeds(lambda t, lp=lp: api.ScheduleComputeAt(t, block_rv, lp, True, -1), sch):
             found.append(i)
     return tuple(sorted(found))
-
-
-@lru_cache(maxsize=1)
-def _iter_type():
-    """TVM's GetLoopIterType of a loop: "S" data parallel, "R" reduction, "O" other."""
-    from tvm_ffi import get_global_func
-
-    return get_global_func("s_tir.schedule.GetLoopIterType")
 
 
 def _succeeds(primitive, sch) -> bool:
