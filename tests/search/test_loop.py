@@ -170,7 +170,7 @@ def test_a_round_switches_to_a_fine_tuning_that_ends_during_it(base_dir, tasks, 
     polls = []
     real_poll = FinetuneJob.poll
 
-    def poll(self):
+    def poll(self, timeout=0.0):
         polls.append(1)
         return None if len(polls) == 1 else self.wait()  # running at round 1's start, then done
 
@@ -181,6 +181,55 @@ def test_a_round_switches_to_a_fine_tuning_that_ends_during_it(base_dir, tasks, 
     state = json.loads((work / "state.json").read_text())
     assert state["rounds"][0]["models"] == ["base"]
     assert state["rounds"][1]["model"] == "base" and state["rounds"][1]["models"] == ["base", "round-0"]
+
+
+@pytest.mark.tvm
+def test_a_round_that_changes_no_demonstration_starts_no_fine_tuning(base_dir, tasks, tmp_path, monkeypatch,
+                                                                      measurer):
+    """A round that measures nothing new (its tasks measured before, as on a fresh machine resuming
+    from the corpus) leaves the demonstrations as they were: the fine-tuning done (or running) on
+    them is neither waited for nor started again."""
+    from tlm.model.finetune import FinetuneJob
+    from tlm.search.loop import _Loop
+
+    work = tmp_path / "work"
+    run_loop(_config(base_dir, work, kb=1, rounds=1), tasks, progress=False, measurer=measurer)
+    assert json.loads((work / "state.json").read_text())["finetune"]["status"] == "done"
+    launched = []
+    real = FinetuneJob.__init__
+    monkeypatch.setattr(FinetuneJob, "__init__", lambda self, *a, **k: (launched.append(a), real(self, *a, **k))[1])
+    monkeypatch.setattr(_Loop, "_candidates", lambda self, *a: ([], 0))  # nothing new to measure
+    res = run_loop(_config(base_dir, work, kb=1, rounds=2), progress=False, measurer=measurer)
+    state = json.loads((work / "state.json").read_text())
+    assert res["measured_now"] == 0 and state["next_round"] == 2 and launched == []
+    assert state["finetune"]["round"] == 0 and state["finetune"]["status"] == "done"
+    assert not (work / "models" / "round-1").exists() and res["model"].endswith("round-0")
+
+
+@pytest.mark.tvm
+def test_waiting_for_a_fine_tuning_keeps_checking_in(base_dir, tasks, tmp_path, monkeypatch, measurer):
+    """The checkpoint callback (the collector's flushes, --hours and SIGTERM) keeps being called
+    while the loop waits for a fine-tuning; what it raises stops the wait, and the fine-tuning is
+    left to be relaunched on resume."""
+    from tlm.model.finetune import FinetuneJob
+
+    class Stop(Exception):
+        pass
+
+    calls = []
+
+    def after_task(db):
+        calls.append(1)
+        if len(calls) == 5:  # the start, two tasks, then the wait's second check
+            raise Stop
+
+    monkeypatch.setattr(FinetuneJob, "poll", lambda self, timeout=0.0: None)  # never ends
+    work = tmp_path / "work"
+    with pytest.raises(Stop):
+        run_loop(_config(base_dir, work, kb=1, rounds=1, pipeline=False), tasks, progress=False, measurer=measurer,
+                 after_task=after_task)
+    state = json.loads((work / "state.json").read_text())
+    assert state["next_round"] == 1 and state["finetune"]["status"] == "running"
 
 
 def test_cli_loop_errors(tmp_path):

@@ -287,8 +287,12 @@ class FinetuneJob:
         self._log.close()
         return finetune_outcome(self.out_dir, self.log_path, rc)
 
-    def poll(self) -> FinetuneOutcome | None:
-        rc = self.proc.poll()
+    def poll(self, timeout: float = 0.0) -> FinetuneOutcome | None:
+        """The outcome if the process has ended (waiting up to `timeout` seconds for it), else None."""
+        try:
+            rc = self.proc.wait(timeout) if timeout > 0 else self.proc.poll()
+        except subprocess.TimeoutExpired:
+            rc = None
         return None if rc is None else self._end(rc)
 
     def wait(self) -> FinetuneOutcome:

@@ -149,8 +149,8 @@ class _Loop(FinetuneProcess):
         self._cm, self._cm_loaded, self._cm_label = None, False, None
         self._others: list | None = None  # other CPUs of the database (with LoopConfig.transfer)
         self.measured_now = 0
-        # called with the database at every checkpoint: once the tasks are loaded, and after each
-        # task's results are committed
+        # called with the database at every checkpoint: once the tasks are loaded, after each
+        # task's results are committed, and every few seconds while waiting for a fine-tuning
         self.after_task = after_task
 
     def _load_tasks(self) -> list:
@@ -369,7 +369,8 @@ def run_loop(config: LoopConfig, tasks: list | None = None, progress: bool = Tru
     `tasks` replaces `config.sources` (tests, notebooks); a re-run may omit them (tasks.json).
     `measurer`: a `tlm.measure.measurer.Measurer` for `config.target` to use (and leave open) instead
     of starting one from `config.measure` (its worker pools take a while to start).
-    `after_task(db)`: called after each task's new records are committed (tlm.search.collect
+    `after_task(db)`: called after each task's new records are committed, and every few seconds while
+    the loop waits for a fine-tuning (tlm.search.collect
     flushes them to the corpus there).
     """
     loop = _Loop(config, tasks, progress, measurer, after_task)

@@ -4,7 +4,10 @@ waited for, and relaunched on resume if a previous run did not finish it."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
+from typing import Any
 
 from tlm.model.finetune import FinetuneConfig, FinetuneJob, FinetuneOutcome, finetune_outcome, model_done
 
@@ -14,11 +17,11 @@ class FinetuneProcess:
     database, tasks, target, base model and console it uses."""
 
     _job: FinetuneJob | None
+    after_task: Any
 
     def _launch_finetune(self, r: int) -> None:
         from tlm.model.demos import demo_records, every_target_demos, write_demos
 
-        self._wait_finetune()
         if self.config.demo_targets == "all":
             demos, by_target = every_target_demos(self.db, self.tasks, self.target, self.config.per_task_demos)
             demos = demos if by_target.get(self.target.key) else []  # none of its own yet: nothing to learn
@@ -27,10 +30,21 @@ class FinetuneProcess:
             demos = demo_records(self.db, self.tasks, self.target, self.config.per_task_demos)
             targets = [self.target.key]
         if not demos:
+            self._wait_finetune()
             self.state["finetune"] = {"round": r, "status": "skipped", "demonstrations": 0}
             self.wd.save()
             self.console.print(f"  round {r}: no demonstrations yet, no fine-tuning")
             return
+        # A round that improved no task's best (e.g. one whose tasks a resumed corpus had already
+        # measured) leaves the demonstrations as they were: the fine-tuning running or done on
+        # them is the one this round would start, so it is neither waited for nor started again.
+        digest = demos_digest(demos, targets)
+        ft = self.state.get("finetune")
+        if ft and ft.get("digest") == digest and (ft["status"] == "done" or self._job is not None):
+            self.console.print(f"  round {r}: the demonstrations of round {ft['round']}'s fine-tuning, unchanged: "
+                               "no new fine-tuning")
+            return
+        self._wait_finetune()
         demos_path = self.work / "demos" / f"round-{r}.jsonl"
         write_demos(demos, demos_path)
         out = self.wd.model_dir(r)
@@ -39,7 +53,7 @@ class FinetuneProcess:
                             loss=c.ft_loss, seed=c.seed + r, device=c.device, threads=c.ft_threads)
         log_path = self.work / "logs" / f"finetune-round-{r}.log"
         self._job = FinetuneJob(self.base, demos_path, out, ft, log_path, targets, idle=c.ft_idle)
-        self.state["finetune"] = {"round": r, "status": "running", "demonstrations": len(demos),
+        self.state["finetune"] = {"round": r, "status": "running", "demonstrations": len(demos), "digest": digest,
                                   "out": str(out), "log": str(log_path), "started_wall_s": round(self.wd.wall(), 3)}
         self.wd.save()
         mode = "in the background" if c.pipeline else "now"
@@ -67,7 +81,11 @@ class FinetuneProcess:
     def _wait_finetune(self) -> None:
         if self._job is not None:
             with self.console.status(f"waiting for the fine-tuning of round {self.state['finetune']['round']}"):
-                outcome = self._job.wait()
+                # the loop's checkpoint every few seconds: a wait can be long (the collector's
+                # flushes, --hours and SIGTERM are checked there; the job is relaunched on resume)
+                while (outcome := self._job.poll(timeout=5.0)) is None:
+                    if self.after_task is not None:
+                        self.after_task(self.db)
             self._finish_finetune(outcome)
 
     def _resume_finetune(self) -> None:
@@ -83,3 +101,11 @@ class FinetuneProcess:
             return
         self.console.print(f"  resuming the fine-tuning of round {last}")
         self._launch_finetune(last)
+
+
+def demos_digest(demos: list, targets: list[str]) -> str:
+    """What a fine-tuning learns from, in 16 hex digits: its demonstrations and their CPUs."""
+    h = hashlib.sha256(json.dumps(targets).encode())
+    for d in demos:
+        h.update(json.dumps(d.to_json(), sort_keys=True).encode())
+    return h.hexdigest()[:16]
