@@ -47,7 +47,7 @@ from tlm.space.design import task_space
 target = host_target()
 tasks = _tasks(n, 0, target)
 gen = Generator.from_dir(sys.argv[4], target, "cpu")
-cm = CostModel.load(default_cost_model(target))
+cm = CostModel.load(default_cost_model(target), target)
 cfg = LoopConfig(base="", work=tempfile.mkdtemp(), cost_model="auto")
 db = open_db(tempfile.mkdtemp() + "/db")
 for t in tasks:

@@ -4,7 +4,7 @@
         [--objectives reg pairwise ndcg] [--cpus znver3 znver5] [--out bench/results]
 
 Every committed shard is ingested into WORK/corpus-db; on every CPU of the corpus (or --cpus),
-each task with two or more correct programs is featurized (tlm.search.costmodel.training_groups;
+each task with two or more correct programs is featurized (tlm.search.costmodel_data.training_groups;
 the features are cached in --cache, shared with `tlm costmodel`). Tasks are split into --folds
 folds by task hash (seeded), so a test task is unseen on every CPU. For each fold and objective a
 cost model is trained on the other folds' tasks of every CPU and ranks the test tasks' measured
@@ -14,7 +14,8 @@ Per test task with at least 4 programs: the latency of the model's top pick over
 top 2 and top 4 (random: k / n).
 Caveat: tasks of one operator at several batch sizes or image sizes fall in different folds, so
 this is easier than a new model's tasks; bench/learning.py --cost-model measures held-out ones.
-Writes OUT/costmodel.{json,md}.
+Writes OUT/NAME.{json,md} (--name, default costmodel). `--mixing` adds two ways of learning several CPUs
+at once: each CPU alone, and every CPU with its description as features; `--max-tasks` samples tasks.
 
     .venv/bin/python bench/costmodel.py --heldout results/heldout-llvm-znver5-2c \
         --models shipped=pretrained/costmodel-llvm-x86_64 new=work/cm [--out bench/results]
@@ -96,10 +97,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--objectives", nargs="+", default=["reg"], choices=["reg", "pairwise", "ndcg"])
     p.add_argument("--no-transfer", dest="transfer", action="store_false",
                    help="skip the rows trained on the other CPUs only")
+    p.add_argument("--mixing", action="store_true",
+                   help="also: trained on the test CPU's records only, and on every CPU with the CPU's "
+                        "description as features (tlm.search.costmodel.cpu_columns)")
+    p.add_argument("--max-tasks", type=int, default=0,
+                   help="a seeded sample of this many task hashes (the same on every CPU; 0: all)")
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="xgboost threads (0: its default)")
     p.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    p.add_argument("--name", default="costmodel", help="results file name (default costmodel)")
     p.add_argument("--heldout", default=None, metavar="EVAL_DIR",
                    help="rank the held-out benchmark's measured programs of this `tlm eval` folder instead")
     p.add_argument("--models", nargs="+", default=[], metavar="LABEL=DIR", help="the cost models (--heldout)")
@@ -112,11 +119,14 @@ def main(argv: list[str] | None = None) -> int:
     from tlm.graph.target import resolve_target
     from tlm.measure.database import open_db
     from tlm.measure.shards import hardware_slug, ingest
-    from tlm.search.costmodel import CostModel, CostModelConfig, task_groups
+    from tlm.search.costmodel import CostModel, CostModelConfig, with_cpu
+    from tlm.search.costmodel_data import task_groups
 
     work = Path(args.work)
     t0 = time.time()
     groups: list[tuple[str, str, np.ndarray, list[float]]] = []  # (task hash, cpu, features, latencies)
+    described: dict[str, np.ndarray] = {}  # id(features) -> the same with the CPU's columns (--mixing)
+    sample = None
     records: dict[str, int] = {}
     with open_db(str(work / "db")) as db:
         ingest(db, args.corpus)
@@ -124,9 +134,14 @@ def main(argv: list[str] | None = None) -> int:
             target = resolve_target(json.loads(key))
             if target.kind != "llvm" or (args.cpus and target.cpu not in args.cpus):
                 continue
-            tasks = [t for h in sorted(db.best_by_task(target.key)) if (t := db.task(h)) is not None]
+            if args.max_tasks and sample is None:
+                every = sorted({r[0] for r in db.query("SELECT DISTINCT task_hash FROM records")})
+                sample = set(random.Random(args.seed).sample(every, min(args.max_tasks, len(every))))
+            tasks = [t for h in sorted(db.best_by_task(target.key))
+                     if (sample is None or h in sample) and (t := db.task(h)) is not None]
             for task, x, lat in task_groups(db, target, tasks, cache=work / "features"):
                 groups.append((task.hash, target.cpu, x, lat))
+                described[id(x)] = with_cpu(x, target)
             records[hardware_slug(target.key)] = db.count(target_key=target.key)
             print(f"{target.cpu}: {sum(1 for g in groups if g[1] == target.cpu)} tasks ({time.time() - t0:.0f} s)",
                   flush=True)
@@ -139,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     contenders = [(obj, "all") for obj in args.objectives]
     if args.transfer and len(cpus) > 1:
         contenders.append((args.objectives[0], "others"))
+    if args.mixing and len(cpus) > 1:
+        contenders += [(args.objectives[0], "own"), (args.objectives[0], "described")]
+    feats = lambda x, train_on: described[id(x)] if train_on == "described" else x  # noqa: E731
     scores = {(c, cpu): Score() for c in contenders + [("random", "")] for cpu in cpus}
     for k in range(args.folds):
         test = [g for g in groups if fold[g[0]] == k and len(g[3]) >= 4]
@@ -146,17 +164,20 @@ def main(argv: list[str] | None = None) -> int:
             scores[(("random", ""), cpu)].add_random(np.asarray(lat))
         for obj, train_on in contenders:
             cfg = CostModelConfig(seed=args.seed, threads=args.threads, objective=obj)
-            fits = {"": None} if train_on == "all" else {cpu: None for cpu in cpus}
+            # one model for every test CPU ("all", "described"), or one per test CPU: trained without
+            # its records ("others") or on its records alone ("own")
+            fits = {"": None} if train_on in ("all", "described") else {cpu: None for cpu in cpus}
             for held in fits:
-                train = [(x, lat) for h, cpu, x, lat in groups if fold[h] != k and cpu != held]
+                train = [(feats(x, train_on), lat) for h, cpu, x, lat in groups if fold[h] != k
+                         and (cpu != held if train_on != "own" else cpu == held)]
                 fits[held] = CostModel(cfg).fit(train)
             for _, cpu, x, lat in test:
-                model = fits[""] if train_on == "all" else fits[cpu]
-                scores[((obj, train_on), cpu)].add(np.asarray(lat), model.order(x))
+                model = fits[""] if train_on in ("all", "described") else fits[cpu]
+                scores[((obj, train_on), cpu)].add(np.asarray(lat), model.order(feats(x, train_on)))
             print(f"fold {k}: {obj} ({train_on}) done ({time.time() - t0:.0f} s)", flush=True)
 
-    label = lambda c: "random pick" if c[0] == "random" else (  # noqa: E731
-        f"{c[0]}, other CPUs only" if c[1] == "others" else c[0])
+    label = lambda c: "random pick" if c[0] == "random" else c[0] + {  # noqa: E731
+        "others": ", other CPUs only", "own": ", this CPU only", "described": ", every CPU + CPU columns"}.get(c[1], "")
     rows = [{"cpu": cpu, "contender": label(c), **scores[(c, cpu)].summary()}
             for cpu in cpus for c in [("random", "")] + contenders]
     res = {"command": ("python bench/costmodel.py " + " ".join(sys.argv[1:] if argv is None else argv)).strip(),
@@ -170,18 +191,22 @@ def main(argv: list[str] | None = None) -> int:
              + "; ".join(f"{cpu}: {res['programs'][cpu]} correct programs of {res['tasks'][cpu]} tasks"
                          for cpu in cpus)
              + f" (corpus records: {', '.join(f'{k} {v}' for k, v in records.items())}). {args.folds} folds by "
-             f"task hash, the same on every CPU; test tasks: those with at least 4 programs. {res['seconds']} s "
+             f"task hash, the same on every CPU; test tasks: those with at least 4 programs"
+             + (f"; a seeded sample of {args.max_tasks} task hashes" if args.max_tasks else "")
+             + f". {res['seconds']} s "
              f"({res['featurize_s']} s reading and featurizing).", "",
              "Rows: the cost model's objective (`tlm.search.costmodel.OBJECTIVES`), trained on the training folds "
              "of every CPU; `other CPUs only`: trained without any record of the test CPU (how a cost model "
-             "serves a CPU it has never measured on).", "",
+             "serves a CPU it has never measured on); `this CPU only`: trained on the test CPU's records alone; "
+             "`every CPU + CPU columns`: every CPU's records, each row with its CPU's vector width and feature "
+             "flags (`tlm.search.costmodel.cpu_columns`), so that one model can rank differently per CPU.", "",
              "| test CPU | contender | test tasks | top pick / task best (geomean) | best in top 2 | best in top 4 |",
              "|---|---|---:|---:|---:|---:|"]
     lines += [f"| {r['cpu']} | {r['contender']} | {r['tasks']} | {fmt(r['top1_vs_best'], 3)} | "
               f"{fmt(r['best_in_top2'], 2)} | {fmt(r['best_in_top4'], 2)} |" for r in rows]
     lines += ["", "Tasks of one operator at other batch or image sizes can fall in other folds: easier than a new "
               "model's tasks (`bench/learning.py --cost-model` measures those)."]
-    return _write(Path(args.out), "costmodel", res, lines)
+    return _write(Path(args.out), args.name, res, lines)
 
 
 def heldout(args, argv) -> int:
@@ -191,7 +216,8 @@ def heldout(args, argv) -> int:
     from tlm.graph.target import resolve_target
     from tlm.measure.database import open_db
     from tlm.measure.shards import SUFFIX, hardware_slug, ingest
-    from tlm.search.costmodel import CostModel, task_groups
+    from tlm.search.costmodel import CostModel
+    from tlm.search.costmodel_data import task_groups
 
     t0 = time.time()
     models = {}
@@ -233,7 +259,7 @@ def heldout(args, argv) -> int:
                         if label == "random pick":
                             sc.add_random(lat, task.weight)
                         else:
-                            sc.add(lat, models[label].order(x), task.weight)
+                            sc.add(lat, models[label].for_target(target).order(x), task.weight)
         print(f"{pool}: done ({time.time() - t0:.0f} s)", flush=True)
     rows = [{"pool": pool, "cpu": cpu, "contender": label, "programs": counts[(pool, cpu)][1], **sc.summary()}
             for (pool, cpu, label), sc in scores.items()]

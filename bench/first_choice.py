@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     cms = {}
     for spec in args.cost_models or ["shipped=auto"]:
         label, _, path = spec.partition("=")
-        cms[label] = load_cost_model(path, target) if path == "auto" else CostModel.load(path)
+        cms[label] = load_cost_model(path, target) if path == "auto" else CostModel.load(path, target)
     work = Path(args.work or ROOT / "work" / f"first-choice-{hw}")
     work.mkdir(parents=True, exist_ok=True)
     n_max, t0, per_task = max(args.pools), time.time(), []

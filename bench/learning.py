@@ -134,7 +134,8 @@ def programs(gen, task, n: int, seed: int) -> dict[str, list[str]]:
 def cost_model(work: Path, corpus: str, target, n_records: int, max_tasks: int, seed: int):
     """The cost model trained on the corpus's records on this hardware (cached in WORK/models)."""
     from tlm.measure.database import open_db
-    from tlm.search.costmodel import CostModel, CostModelConfig, training_groups
+    from tlm.search.costmodel import CostModel, CostModelConfig
+    from tlm.search.costmodel_data import training_groups
 
     out = work / "models" / (f"costmodel-{n_records}" + (f"-{max_tasks}t" if max_tasks else ""))
     try:
@@ -244,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cm_dir:
         from tlm.search.costmodel import CostModel
 
-        cm = CostModel.load(args.cm_dir)
+        cm = CostModel.load(args.cm_dir, target)
     else:
         cm = cost_model(work, args.corpus, target, n_records, args.cm_tasks, args.seed) if args.cost_model else None
     gens = {name: Generator.from_dir(path, target) for name, path in models.items()}

@@ -35,7 +35,8 @@ def measured(tasks, host, measurer, tmp_path_factory):
 def test_trained_on_records_it_ranks_and_round_trips(measured, tasks, host, tmp_path):
     from tvm.s_tir import Schedule
 
-    from tlm.search.costmodel import CostModel, CostModelConfig, features, training_groups
+    from tlm.search.costmodel import CostModel, CostModelConfig, features
+    from tlm.search.costmodel_data import training_groups
 
     groups = training_groups(measured, host, tasks)
     assert len(groups) == 2 and all(len(lat) >= 8 for _, lat in groups)
@@ -58,7 +59,8 @@ def test_trained_on_records_it_ranks_and_round_trips(measured, tasks, host, tmp_
 @pytest.mark.parametrize("objective", ["pairwise", "ndcg"])  # the default (reg): above
 def test_other_objectives_learn_within_each_task(measured, tasks, host, tmp_path, objective):
     from tlm.errors import TlmError
-    from tlm.search.costmodel import CostModel, CostModelConfig, training_groups
+    from tlm.search.costmodel import CostModel, CostModelConfig
+    from tlm.search.costmodel_data import training_groups
 
     groups = training_groups(measured, host, tasks)
     model = CostModel(CostModelConfig(trees=50, objective=objective)).fit(groups)
@@ -89,7 +91,8 @@ def test_nothing_to_learn_is_a_one_line_error(tmp_path):
 @pytest.fixture(scope="module")
 def cm_dir(measured, tasks, host, tmp_path_factory):
     """A real cost model (20 trees) trained on the measured random programs."""
-    from tlm.search.costmodel import CostModel, CostModelConfig, training_groups
+    from tlm.search.costmodel import CostModel, CostModelConfig
+    from tlm.search.costmodel_data import training_groups
 
     out = tmp_path_factory.mktemp("cm")
     CostModel(CostModelConfig(trees=20)).fit(training_groups(measured, host, tasks)).save(out)
@@ -178,7 +181,9 @@ def test_cli_costmodel_trains_on_the_corpus(measured, host, tmp_path, monkeypatc
     import tlm.graph.extract
     from tlm.cli import main
     from tlm.measure.shards import flush
+    from tlm.errors import TlmError
     from tlm.search.costmodel import META_FILE, CostModel
+    from tlm.search.costmodel_data import training_groups
 
     flush(measured, tmp_path / "corpus")
     out = tmp_path / "cm"
@@ -188,6 +193,11 @@ def test_cli_costmodel_trains_on_the_corpus(measured, host, tmp_path, monkeypatc
     meta = json.loads((out / META_FILE).read_text())
     assert meta["programs"] == 20 and meta["tasks"] == 2 and [t["cpu"] for t in meta["targets"]] == [host.cpu]
     assert "cost model in" in capsys.readouterr().out and CostModel.load(out).config.trees == 5
+    groups = training_groups(measured, host, tasks)
+    assert CostModel.load(out).config.cpu_columns  # the default of `tlm costmodel`
+    assert len(CostModel.load(out, host).predict(groups[0][0])) == len(groups[0][1])
+    with pytest.raises(TlmError, match="per CPU"):  # such a model ranks for a target
+        CostModel.load(out).predict(groups[0][0])
     assert main(["costmodel", "--corpus", str(tmp_path / "none"), "--out", str(out)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
     monkeypatch.setattr(tlm.graph.extract, "tasks_for_source", lambda source, target=None: SimpleNamespace(
@@ -199,8 +209,39 @@ def test_cli_costmodel_trains_on_the_corpus(measured, host, tmp_path, monkeypatc
     assert err.count("\n") == 1 and "holds no cost model" in err
 
 
+def test_cpu_columns_let_one_model_rank_each_cpu_its_own_way(tmp_path):
+    """Trained on two CPUs that disagree (synthetic labels: small x0 fast on one, large x0 on the
+    other), a model with CPU columns ranks each CPU's way; it must know which CPU it ranks for."""
+    from tlm.errors import TlmError
+    from tlm.graph.target import resolve_target
+    from tlm.search.costmodel import CostModel, CostModelConfig
+
+    avx2, avx512 = (resolve_target({"kind": "llvm", "mcpu": c, "mtriple": "x86_64-unknown-linux-gnu", "num-cores": 2})
+                    for c in ("znver3", "znver5"))
+    rng = np.random.default_rng(0)
+    groups, targets = [], []
+    for _ in range(40):
+        x = rng.random((10, 329)).astype("float32")
+        for target, sign in ((avx2, 1.0), (avx512, -1.0)):
+            groups.append((x, list(1e-3 * np.exp(3 * sign * x[:, 0]))))
+            targets.append(target)
+    CostModel(CostModelConfig(trees=30, cpu_columns=True)).fit(groups, targets).save(tmp_path / "cm")
+    x = rng.random((20, 329)).astype("float32")
+    ranks = sorted(x[:, 0])
+    assert x[CostModel.load(tmp_path / "cm", avx2).order(x)[0], 0] <= ranks[2]
+    model = CostModel.load(tmp_path / "cm", avx512)
+    assert x[model.order(x)[0], 0] >= ranks[-3] and model.order(x) == model.order(x, avx512)
+    assert model.order(x, avx2) == CostModel.load(tmp_path / "cm", avx2).order(x)
+    adapted = model.adapted(x[:5], list(1e-3 * np.exp(-x[:5, 0])), trees=2)
+    assert adapted.target is avx512 and len(adapted.predict(x)) == 20
+    with pytest.raises(TlmError, match="per CPU"):
+        CostModel.load(tmp_path / "cm").predict(x)
+    with pytest.raises(TlmError, match="one target per group"):
+        CostModel(CostModelConfig(cpu_columns=True)).fit(groups)
+
+
 def test_features_cache_featurizes_each_program_once(measured, tasks, host, tmp_path, monkeypatch):
-    import tlm.search.costmodel as cmod
+    import tlm.search.costmodel_data as cmod
 
     first = cmod.training_groups(measured, host, tasks, cache=tmp_path / "f")
     assert np.array_equal(first[0][0], cmod.training_groups(measured, host, tasks[:1])[0][0])  # = uncached

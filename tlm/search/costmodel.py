@@ -8,9 +8,9 @@ from its task's best, -log(latency / best) (0 for the best), clipped at `CostMod
 so every task weighs the same whatever its absolute time. Model: XGBoost regression (or learning
 to rank within each task, `CostModelConfig.objective`: better on measured programs, worse on raw
 samples; bench/costmodel.py and bench/pick.py --cost-models compare them).
-Tasks with fewer than 2 correct programs teach nothing about ranking and are left out.
-
-    tlm costmodel [--corpus data/corpus] --out DIR     train one on every record of the corpus
+Tasks with fewer than 2 correct programs teach nothing about ranking and are left out. Its
+training data (features of measured records, cached) and `tlm costmodel`, which trains one on
+the whole corpus, are in tlm.search.costmodel_data.
 
 The shipped one, `pretrained/costmodel-KIND-ARCH` (`default_cost_model`), ranks the TLM tuner's
 samples (tlm.search.tlm_tuner); its `costmodel-meta.json` lists the CPUs whose records it learned
@@ -51,6 +51,13 @@ class CostModelConfig:
     # 1.73x slower, bench/results/pick-costmodels.md): the corpus holds mostly good programs, and
     # only the regression's absolute labels learn to reject the bad ones a model also samples.
     objective: str = "reg"
+    # Every row also describes its CPU (`cpu_columns`: vector width, feature flags), so that one
+    # model trained on several CPUs' records ranks each CPU's programs its own way; the model is
+    # then bound to the CPU it ranks for (`CostModel.load(dir, target)`). Off for models saved
+    # before it existed; on for `tlm costmodel`: on 5 folds of unseen tasks of three CPUs, top
+    # pick / best 1.324 vs 1.452 on znver3, 1.343 vs 1.355 on znver5, 1.271 vs 1.271 on rocketlake,
+    # best in the top 2 more often on all three (bench/results/costmodel-mixing.md).
+    cpu_columns: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,6 +87,21 @@ def features(task: Task, schedules: list, target) -> np.ndarray:
     return out
 
 
+# What a CPU is to a cost model that learns several (CostModelConfig.cpu_columns): its vector width
+# in 32-bit lanes, then 0/1 for each of these LLVM feature flags (tlm.graph.target.FEATURES).
+CPU_FLAGS = ("fma", "avx2", "avx512f", "avx512vnni", "avx512bf16", "avx512fp16", "amx-tile")
+
+
+def cpu_columns(target) -> np.ndarray:
+    """[1 + len(CPU_FLAGS)] numbers describing `target`'s CPU, the same on any machine."""
+    return np.array([target.vector_bits / 32] + [float(f in target.features) for f in CPU_FLAGS], dtype="float32")
+
+
+def with_cpu(x: np.ndarray, target) -> np.ndarray:
+    """Features [n, F] with `cpu_columns(target)` appended to every row: [n, F + 1 + len(CPU_FLAGS)]."""
+    return np.concatenate([x, np.broadcast_to(cpu_columns(target), (len(x), 1 + len(CPU_FLAGS)))], axis=1)
+
+
 def labels(latencies_s: list[float], clip: float) -> np.ndarray:
     """-log(latency / best of the list), clipped at -clip: 0 for the fastest."""
     lat = np.asarray(latencies_s, dtype="float64")
@@ -87,9 +109,23 @@ def labels(latencies_s: list[float], clip: float) -> np.ndarray:
 
 
 class CostModel:
-    def __init__(self, config: CostModelConfig | None = None, booster=None):
+    def __init__(self, config: CostModelConfig | None = None, booster=None, target=None):
         self.config = config or CostModelConfig()
         self.booster = booster
+        self.target = target  # the CPU it ranks for (needed with config.cpu_columns)
+
+    def for_target(self, target) -> CostModel:
+        """The same model, ranking for `target`'s CPU."""
+        return CostModel(self.config, self.booster, target)
+
+    def _rows(self, x: np.ndarray, target=None) -> np.ndarray:
+        """Features as the booster reads them: with the CPU's columns if the model has them."""
+        if not self.config.cpu_columns:
+            return x
+        target = target if target is not None else self.target
+        if target is None:
+            raise TlmError("this cost model ranks per CPU: load it for a target (CostModel.load(dir, target))")
+        return with_cpu(x, target)
 
     def _params(self) -> dict[str, Any]:
         c = self.config
@@ -100,17 +136,20 @@ class CostModel:
             p["nthread"] = c.threads
         return p
 
-    def fit(self, groups: list[tuple[np.ndarray, list[float]]]) -> CostModel:
-        """Train on [(features [n, F] of a task's correct programs, their latencies)]."""
+    def fit(self, groups: list[tuple[np.ndarray, list[float]]], targets: list | None = None) -> CostModel:
+        """Train on [(features [n, F] of a task's correct programs, their latencies)] measured on
+        `targets` (one per group; needed with config.cpu_columns)."""
         import xgboost as xgb
 
         params = self._params()  # checks the objective first
+        if self.config.cpu_columns and (targets is None or len(targets) != len(groups)):
+            raise TlmError("a cost model with CPU columns learns from groups of known CPUs (one target per group)")
         xs, ys = [], []
-        for x, lat in groups:
+        for i, (x, lat) in enumerate(groups):
             ok = ~np.isnan(x).any(axis=1)
             if ok.sum() < 2:
                 continue
-            xs.append(x[ok])
+            xs.append(self._rows(x[ok], targets[i] if targets else None))
             ys.append(labels([v for v, good in zip(lat, ok) if good], self.config.clip))
         if not xs:
             raise TlmError("no task with two or more correct programs to learn from")
@@ -123,13 +162,14 @@ class CostModel:
         self.booster = xgb.train(params, data, self.config.trees)
         return self
 
-    def predict(self, x: np.ndarray) -> np.ndarray:
-        """Higher is faster; rows with NaN features get -inf."""
+    def predict(self, x: np.ndarray, target=None) -> np.ndarray:
+        """Higher is faster; rows with NaN features get -inf. `target`: the CPU to rank for, if
+        not the one the model is bound to (a model with CPU columns needs one of the two)."""
         import xgboost as xgb
 
         if self.booster is None:
             raise TlmError("the cost model is not trained")
-        score = self.booster.predict(xgb.DMatrix(np.nan_to_num(x))).astype("float64")
+        score = self.booster.predict(xgb.DMatrix(self._rows(np.nan_to_num(x), target))).astype("float64")
         score[np.isnan(x).any(axis=1)] = -math.inf
         return score
 
@@ -145,17 +185,17 @@ class CostModel:
         ok = ~np.isnan(x).any(axis=1) & np.isfinite(lat) & (lat > 0)
         if trees <= 0 or ok.sum() < 2 or self.config.objective != "reg" or self.booster is None:
             return self
-        data = xgb.DMatrix(x[ok], label=labels(list(lat[ok]), self.config.clip))
-        return CostModel(self.config, xgb.train(self._params(), data, trees, xgb_model=self.booster))
+        data = xgb.DMatrix(self._rows(x[ok]), label=labels(list(lat[ok]), self.config.clip))
+        return CostModel(self.config, xgb.train(self._params(), data, trees, xgb_model=self.booster), self.target)
 
-    def order(self, x: np.ndarray) -> list[int]:
+    def order(self, x: np.ndarray, target=None) -> list[int]:
         """Row indices of features `x`, predicted fastest first (ties: the earlier row first)."""
-        score = self.predict(x)
+        score = self.predict(x, target)
         return sorted(range(len(score)), key=lambda i: (-score[i], i))
 
     def rank(self, task: Task, schedules: list, target) -> list[int]:
         """Indices of `schedules`, predicted fastest first."""
-        return self.order(features(task, schedules, target))
+        return self.order(features(task, schedules, target), target)
 
     def save(self, directory: str | Path) -> None:
         d = Path(directory)
@@ -164,7 +204,8 @@ class CostModel:
         (d / CONFIG_FILE).write_text(json.dumps(self.config.to_json(), indent=1))
 
     @classmethod
-    def load(cls, directory: str | Path) -> CostModel:
+    def load(cls, directory: str | Path, target=None) -> CostModel:
+        """The cost model saved in `directory`, ranking for `target` (needed if it has CPU columns)."""
         import xgboost as xgb
 
         d = Path(directory)
@@ -172,94 +213,12 @@ class CostModel:
             raise TlmError(f"{d} holds no cost model ({MODEL_FILE})")
         booster = xgb.Booster()
         booster.load_model(str(d / MODEL_FILE))
-        return cls(CostModelConfig(**json.loads((d / CONFIG_FILE).read_text())), booster)
-
-
-def training_groups(db, target, tasks: list[Task], per_task: int = 0,
-                    cache: str | Path | None = None) -> list[tuple[np.ndarray, list[float]]]:
-    """(features, latencies) of each task's correct records on `target`: `task_groups` without the task."""
-    return [(x, lat) for _, x, lat in task_groups(db, target, tasks, per_task, cache)]
-
-
-def task_groups(db, target, tasks: list[Task], per_task: int = 0,
-                cache: str | Path | None = None) -> list[tuple[Task, np.ndarray, list[float]]]:
-    """(task, features, latencies) of each task's correct records on `target` (at most `per_task`, the
-    fastest first; 0: all). A record without a stored trace is rebuilt from its sentence; one that
-    no longer parses (its task's space changed since) gets a row of NaN (`CostModel.fit` leaves
-    it out). `cache`: a directory keeping every program's features (per hardware and task, keyed
-    by sentence), so that a retraining featurizes only the records it has not seen (~55 ms each)."""
-    from tvm.s_tir import Schedule
-    from tvm.s_tir.schedule import Trace
-
-    from tlm.space.design import task_space
-    from tlm.space.language import parse
-
-    store = _FeatureCache(Path(cache), target) if cache else None
-    groups = []
-    for task in tasks:
-        recs = sorted((r for r in db.records(task.hash, target.key) if r.error is None and r.median_s),
-                      key=lambda r: r.median_s)
-        recs = recs[:per_task] if per_task else recs
-        if len(recs) < 2:
-            continue
-        keys = [r.sentence or json.dumps(r.trace_json, sort_keys=True) for r in recs]
-        known = store.load(task.hash) if store else {}
-        todo, schs = [], []
-        for key, r in zip(keys, recs):
-            if key in known:
-                continue
-            try:
-                if r.trace_json:
-                    sch = Schedule(task.mod)
-                    Trace.apply_json_to_schedule(r.trace_json, sch)
-                elif r.sentence:
-                    sch = parse(r.sentence, task, target, space=task_space(task, target)).sch
-                else:
-                    sch = None
-            except Exception:  # noqa: BLE001 - a record that no longer replays gets a NaN row
-                sch = None
-            todo.append(key)
-            schs.append(sch)
-        if todo:
-            ok = [i for i, sch in enumerate(schs) if sch is not None]
-            x = np.full((len(todo), FEATURES), np.nan, dtype="float32")
-            if ok:
-                x[ok] = features(task, [schs[i] for i in ok], target)
-            known.update(zip(todo, x))
-            if store:
-                store.save(task.hash, known)
-        x = np.stack([known[k] for k in keys])
-        if (~np.isnan(x).any(axis=1)).sum() >= 2:
-            groups.append((task, x, [r.median_s for r in recs]))
-    return groups
+        saved = json.loads((d / CONFIG_FILE).read_text())
+        return cls(CostModelConfig(**{"cpu_columns": False, **saved}), booster, target)
 
 
 FEATURES = 2 * 164 + 1  # the width of `features` rows
 FEATURE_VERSION = 1  # bump when `features` changes: cached rows are kept per version
-
-
-class _FeatureCache:
-    """Features of programs already featurized: DIR/v<version>-<hardware>/<task hash>.npz."""
-
-    def __init__(self, root: Path, target):
-        from tlm.measure.shards import hardware_slug
-
-        self.dir = root / f"v{FEATURE_VERSION}-{hardware_slug(target.key)}"
-
-    def load(self, task_hash: str) -> dict[str, np.ndarray]:
-        try:
-            with np.load(self.dir / f"{task_hash}.npz") as f:
-                return dict(zip(f["keys"].tolist(), f["x"]))
-        except (OSError, KeyError, ValueError):
-            return {}
-
-    def save(self, task_hash: str, rows: dict[str, np.ndarray]) -> None:
-        import os
-
-        self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.dir / f"{task_hash}.tmp-{os.getpid()}.npz"
-        np.savez(tmp, keys=np.array(list(rows), dtype=object).astype(str), x=np.stack(list(rows.values())))
-        os.replace(tmp, self.dir / f"{task_hash}.npz")
 
 
 # ---------------------------------------------------------------- the shipped one
@@ -309,8 +268,8 @@ def load_cost_model(spec: str, target) -> CostModel | None:
             _NOTED.add((target.key, ""))
             _stderr(f"tlm: note: no cost model for {target.kind}/{target.isa} ({target.arch}); "
                     "the model's samples are measured unranked (train one: tlm costmodel)")
-        return CostModel.load(path) if path else None
-    return CostModel.load(spec)
+        return CostModel.load(path, target) if path else None
+    return CostModel.load(spec, target)
 
 
 def _stderr(msg: str) -> None:
@@ -325,73 +284,3 @@ def _read_json(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def train_on_corpus(corpus: str | Path, out: str | Path, work: str | Path, kind: str = "llvm",
-                    config: CostModelConfig | None = None, log=print) -> dict[str, Any]:
-    """Fit a cost model on every correct record of the corpus on CPUs of `kind` (each task and CPU
-    one group: labels compare programs of one task on one CPU), save it with its meta in `out`.
-    `work` holds the records database the shards are ingested into and the features cache (both
-    kept: a later run ingests only new shards and featurizes only new programs)."""
-    import time
-
-    from tlm.graph.target import resolve_target
-    from tlm.measure.database import open_db
-    from tlm.measure.shards import ingest, require_corpus_dir
-    from tlm.model.lm import target_summary
-
-    t0 = time.monotonic()
-    corpus = require_corpus_dir(str(corpus))
-    if not corpus.is_dir():
-        raise TlmError(f"--corpus {corpus}: no such directory")
-    config = config or CostModelConfig()
-    groups, targets, tasks_n = [], [], 0
-    with open_db(str(Path(work) / "db")) as db:
-        ingest(db, corpus)
-        for key in db.target_keys():
-            try:
-                target = resolve_target(json.loads(key))
-            except (TlmError, ValueError):
-                log(f"tlm: warning: records of target {key} skipped (this LLVM cannot resolve it)")
-                continue
-            if target.kind != kind:
-                continue
-            tasks = [t for h in sorted(db.best_by_task(target.key)) if (t := db.task(h)) is not None]
-            got = training_groups(db, target, tasks, cache=Path(work) / "features")
-            log(f"{target.cpu}: {len(got)} tasks, {sum(len(g[1]) for g in got)} programs "
-                f"({time.monotonic() - t0:.0f} s)")
-            if got:
-                groups += got
-                targets.append(target_summary(target))
-                tasks_n += len(got)
-    model = CostModel(config).fit(groups)
-    model.save(out)
-    meta = {"targets": targets, "tasks": tasks_n, "programs": sum(len(g[1]) for g in groups),
-            "corpus": str(corpus), "seconds": round(time.monotonic() - t0, 1)}
-    (Path(out) / META_FILE).write_text(json.dumps(meta, indent=1))
-    return meta
-
-
-def _cmd_costmodel(args) -> int:
-    if args.trees < 1 or args.depth < 1:
-        raise TlmError("--trees and --depth must be at least 1")
-    cfg = CostModelConfig(trees=args.trees, depth=args.depth, seed=args.seed, objective=args.objective)
-    meta = train_on_corpus(args.corpus, args.out, args.work, args.kind, cfg,
-                           log=lambda m: _stderr(m))
-    print(f"cost model in {args.out}: {meta['programs']} programs of {meta['tasks']} tasks on "
-          f"{', '.join(t['cpu'] for t in meta['targets'])}, {meta['seconds']:.0f} s")
-    return 0
-
-
-def register_cli(sub) -> None:
-    p = sub.add_parser("costmodel", help="train the cost model that ranks the TLM tuner's samples, on the corpus")
-    p.add_argument("--corpus", default="data/corpus", help="shard directory (default data/corpus)")
-    p.add_argument("--out", required=True, help="output directory (the shipped one: pretrained/costmodel-llvm-x86_64)")
-    p.add_argument("--work", default="work/costmodel", help="where the corpus is ingested (default work/costmodel)")
-    p.add_argument("--kind", default="llvm", help="records of CPUs of this target kind (default llvm)")
-    p.add_argument("--trees", type=int, default=CostModelConfig.trees)
-    p.add_argument("--depth", type=int, default=CostModelConfig.depth)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--objective", default=CostModelConfig.objective, choices=list(OBJECTIVES),
-                   help="reg: regression on -log(latency / task best); pairwise, ndcg: ranking within each task")
-    p.set_defaults(func=_cmd_costmodel)

@@ -200,7 +200,7 @@ class _Loop(FinetuneProcess):
 
             spec = self.config.cost_model
             path = default_cost_model(self.target) if spec == "auto" else None if spec == "none" else Path(spec)
-            self._cm, self._cm_loaded = (CostModel.load(path) if path else None), True
+            self._cm, self._cm_loaded = (CostModel.load(path, self.target) if path else None), True
             if path:  # which one ranked a round's samples (the shipped one is retrained between sessions)
                 meta = read_json(path / META_FILE) if (path / META_FILE).is_file() else {}
                 self._cm_label = {"path": str(path), "programs": meta.get("programs")}

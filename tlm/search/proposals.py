@@ -64,7 +64,7 @@ def task_model(db, task, target, cm, config):
     (`config.cm_adapt_trees` trees; features cached in WORK/features), or `cm` itself."""
     from pathlib import Path
 
-    from tlm.search.costmodel import task_groups
+    from tlm.search.costmodel_data import task_groups
 
     if config.cm_adapt_trees <= 0:
         return cm
