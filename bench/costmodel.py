@@ -14,7 +14,7 @@ Per test task with at least 4 programs: the latency of the model's top pick over
 top 2 and top 4 (random: k / n).
 Caveat: tasks of one operator at several batch sizes or image sizes fall in different folds, so
 this is easier than a new model's tasks; bench/learning.py --cost-model measures held-out ones.
-Writes OUT/NAME.{json,md} (--name, default costmodel). `--mixing` adds two ways of learning several CPUs
+Writes OUT/costmodel.{json,md} (or --name). `--mixing` adds two ways of learning several CPUs
 at once: each CPU alone, and every CPU with its description as features; `--max-tasks` samples tasks.
 
     .venv/bin/python bench/costmodel.py --heldout results/heldout-llvm-znver5-2c \
@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="xgboost threads (0: its default)")
     p.add_argument("--out", default=str(ROOT / "bench" / "results"))
-    p.add_argument("--name", default="costmodel", help="results file name (default costmodel)")
+    p.add_argument("--name", default=None,
+                   help="results file name (default costmodel, costmodel-heldout or costmodel-e2e-tasks)")
     p.add_argument("--heldout", default=None, metavar="EVAL_DIR",
                    help="rank the held-out benchmark's measured programs of this `tlm eval` folder instead")
     p.add_argument("--models", nargs="+", default=[], metavar="LABEL=DIR", help="the cost models (--heldout)")
@@ -206,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{fmt(r['best_in_top2'], 2)} | {fmt(r['best_in_top4'], 2)} |" for r in rows]
     lines += ["", "Tasks of one operator at other batch or image sizes can fall in other folds: easier than a new "
               "model's tasks (`bench/learning.py --cost-model` measures those)."]
-    return _write(Path(args.out), args.name, res, lines)
+    return _write(Path(args.out), args.name or "costmodel", res, lines)
 
 
 def heldout(args, argv) -> int:
@@ -282,7 +283,7 @@ def heldout(args, argv) -> int:
     lines += [f"| {r['pool']} | {r['cpu']} | {r['contender']} | {r['tasks']} | {r['programs']} | "
               f"{fmt(r['top1_vs_best'], 3)} | {fmt(r['weighted_vs_best'], 3)} | {fmt(r['best_in_top2'], 2)} | "
               f"{fmt(r['best_in_top4'], 2)} |" for r in rows]
-    return _write(Path(args.out), name, res, lines)
+    return _write(Path(args.out), args.name or name, res, lines)
 
 
 if __name__ == "__main__":
