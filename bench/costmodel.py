@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work)
     t0 = time.time()
     groups: list[tuple[str, str, np.ndarray, list[float]]] = []  # (task hash, cpu, features, latencies)
-    described: dict[str, np.ndarray] = {}  # id(features) -> the same with the CPU's columns (--mixing)
+    targets: dict[str, object] = {}  # cpu -> its target (the CPU columns of --mixing)
     sample = None
     records: dict[str, int] = {}
     with open_db(str(work / "db")) as db:
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                      if (sample is None or h in sample) and (t := db.task(h)) is not None]
             for task, x, lat in task_groups(db, target, tasks, cache=work / "features"):
                 groups.append((task.hash, target.cpu, x, lat))
-                described[id(x)] = with_cpu(x, target)
+            targets[target.cpu] = target
             records[hardware_slug(target.key)] = db.count(target_key=target.key)
             print(f"{target.cpu}: {sum(1 for g in groups if g[1] == target.cpu)} tasks ({time.time() - t0:.0f} s)",
                   flush=True)
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         contenders.append((args.objectives[0], "others"))
     if args.mixing and len(cpus) > 1:
         contenders += [(args.objectives[0], "own"), (args.objectives[0], "described")]
-    feats = lambda x, train_on: described[id(x)] if train_on == "described" else x  # noqa: E731
+    feats = lambda x, cpu, train_on: with_cpu(x, targets[cpu]) if train_on == "described" else x  # noqa: E731
     scores = {(c, cpu): Score() for c in contenders + [("random", "")] for cpu in cpus}
     for k in range(args.folds):
         test = [g for g in groups if fold[g[0]] == k and len(g[3]) >= 4]
@@ -169,12 +169,12 @@ def main(argv: list[str] | None = None) -> int:
             # its records ("others") or on its records alone ("own")
             fits = {"": None} if train_on in ("all", "described") else {cpu: None for cpu in cpus}
             for held in fits:
-                train = [(feats(x, train_on), lat) for h, cpu, x, lat in groups if fold[h] != k
+                train = [(feats(x, cpu, train_on), lat) for h, cpu, x, lat in groups if fold[h] != k
                          and (cpu != held if train_on != "own" else cpu == held)]
                 fits[held] = CostModel(cfg).fit(train)
             for _, cpu, x, lat in test:
                 model = fits[""] if train_on in ("all", "described") else fits[cpu]
-                scores[((obj, train_on), cpu)].add(np.asarray(lat), model.order(feats(x, train_on)))
+                scores[((obj, train_on), cpu)].add(np.asarray(lat), model.order(feats(x, cpu, train_on)))
             print(f"fold {k}: {obj} ({train_on}) done ({time.time() - t0:.0f} s)", flush=True)
 
     label = lambda c: "random pick" if c[0] == "random" else c[0] + {  # noqa: E731
