@@ -207,6 +207,23 @@ def test_a_round_that_changes_no_demonstration_starts_no_fine_tuning(base_dir, t
 
 
 @pytest.mark.tvm
+def test_a_task_with_no_program_is_marked_barren(base_dir, tasks, tmp_path, monkeypatch, measurer):
+    """A task for which no program can be generated (every sample fails TVM's checks) is said once
+    and remembered: it no longer keeps the convergence curve's reference point from being fixed."""
+    from tlm.search.loop import _Loop
+
+    real = _Loop._candidates
+    dead = tasks[0].hash
+    monkeypatch.setattr(_Loop, "_candidates",
+                        lambda self, gen, task, *a: ([], 2) if task.hash == dead else real(self, gen, task, *a))
+    work = tmp_path / "work"
+    res = run_loop(_config(base_dir, work, kb=1, rounds=1, ft_steps=1), tasks, progress=False, measurer=measurer)
+    state = json.loads((work / "state.json").read_text())
+    assert state["barren"] == [dead] and res["measured_now"] == 2
+    assert res["normalized"] == 1.0 and dead not in state["reference"]["tasks"]
+
+
+@pytest.mark.tvm
 def test_waiting_for_a_fine_tuning_keeps_checking_in(base_dir, tasks, tmp_path, monkeypatch, measurer):
     """The checkpoint callback (the collector's flushes, --hours and SIGTERM) keeps being called
     while the loop waits for a fine-tuning; what it raises stops the wait, and the fine-tuning is
@@ -252,6 +269,26 @@ def test_gain_batch_prefers_heavy_improving_tasks():
     # task whose 2 k_p programs all failed last.
     assert [t.name for t in got] == ["fresh", "light", "heavy", "failing"]
     assert [t.name for t in gain_batch([heavy, light], 1, bests, {}, counts, kp=8)] == ["heavy"]
+    # a barren task (no program could be generated for it) goes last, not first
+    got = gain_batch([heavy, light, fresh, failing], 2, bests, prev, counts, kp=8, barren={fresh.hash})
+    assert [t.name for t in got] == ["light", "heavy"]
+
+
+def test_a_barren_task_does_not_hold_back_the_reference_point(tmp_path):
+    from tlm.search.loop_state import WorkDir
+
+    a, b, barren = _fake("a", "matmul"), _fake("b", "conv2d", weight=2), _fake("pool", "adaptive_avg_pool2d")
+    wd = WorkDir(tmp_path)
+    wd.load_state("key")
+    counts, bests = {a.hash: 8, b.hash: 8}, {a.hash: 1e-3, b.hash: 2e-3}
+    assert wd.point(0, 0, "base", [a, b, barren], counts, bests)["normalized"] is None
+    assert wd.mark_barren(barren.hash) and not wd.mark_barren(barren.hash)
+    point = wd.point(1, 1, "base", [a, b, barren], counts, bests)
+    assert point["normalized"] == 1.0 and wd.state["reference"]["tasks"] == [a.hash, b.hash]
+    wd.save()
+    again = WorkDir(tmp_path)
+    again.load_state("key")
+    assert again.barren() == {barren.hash}
 
 
 @pytest.mark.tvm

@@ -219,7 +219,7 @@ class _Loop(FinetuneProcess):
             key = self.target.key
             picked = gain_batch(self.tasks, max(len(x) for x in self.batches), self.db.best_by_task(key),
                                 self.db.best_before_last_round(key, "tlm"), self.db.counts_by_task(key),
-                                self.config.kp)
+                                self.config.kp, barren=self.wd.barren())
             chosen.clear()  # only the round in flight needs remembering
             chosen[str(r)] = [t.hash for t in picked]
             self.wd.save()
@@ -295,6 +295,10 @@ class _Loop(FinetuneProcess):
                         pending = None
                 else:
                     bar.update(job, advance=need)
+                    if not have and not self.db.counts_by_task(self.target.key).get(task.hash) and \
+                            self.wd.mark_barren(task.hash):
+                        self.console.print(f"  [yellow]{task.name}[/yellow] ({task.hash}): no program could be "
+                                           f"generated ({bad} samples failed); left out of the reference point")
                 running = self._job is not None
                 self._poll_finetune()
                 if running and self._job is None and (newer := self._newest_model(r)) != model:

@@ -12,9 +12,9 @@ Work directory (everything needed to resume; re-running the same command continu
 
 Convergence (paper Figure 9): total latency = sum over tasks of weight x best median latency.
 It is normalized by its value at the reference point, the first round end at which every task
-has at least one measurement; the tasks without any correct program at that point are left
-out of the sum at every later point too (so the curve only counts a fixed set of tasks and
-never rises).
+has at least one measurement (or is barren: a round generated no program for it,
+`WorkDir.barren`); the tasks without any correct program at that point are left out of the sum
+at every later point too (so the curve only counts a fixed set of tasks and never rises).
 """
 
 from __future__ import annotations
@@ -105,19 +105,21 @@ def round_order(tasks: list) -> list:
 
 
 def gain_batch(tasks: list, size: int, bests: dict[str, float], previous: dict[str, float],
-               counts: dict[str, int], kp: int, floor: float = 0.02) -> list:
+               counts: dict[str, int], kp: int, floor: float = 0.02,
+               barren: set[str] | frozenset = frozenset()) -> list:
     """The `size` tasks where the next measurements are expected to cut the weighted total
     latency most (the `gain` schedule, after a first pass over every task).
 
     Expected gain of a task: weight x best x (its relative gain in its last round, at least
     `floor`): a task that just improved is likely to improve again, and a heavy one gains more
     per measurement. Tasks without a correct program come first until they have 2 k_p
-    measurements, then last (their programs keep failing). Ties: fewer measurements first."""
+    measurements, then last (their programs keep failing), as do the `barren` ones (no program
+    could be generated for them: their whole space fails TVM's checks). Ties: fewer measurements first."""
     def key(t):
         n = counts.get(t.hash, 0)
         best = bests.get(t.hash)
         if best is None:
-            return (0 if n < 2 * kp else 2, 0.0, n, t.hash)
+            return (0 if n < 2 * kp and t.hash not in barren else 2, 0.0, n, t.hash)
         prev = previous.get(t.hash)
         rel = max(floor, (prev / best - 1.0) if prev else floor)
         return (1, -t.weight * best * rel, n, t.hash)
@@ -284,6 +286,20 @@ class WorkDir:
         self._mark = now
         write_json(self.path / "state.json", self.state)
 
+    def barren(self) -> set[str]:
+        """Tasks for which a round generated no program at all while none was measured (every
+        sample failed TVM's checks, e.g. an adaptive pool whose windows are dynamic loops that
+        DisallowDynamicLoop rejects): said once, left out of the reference point, chosen last."""
+        return set(self.state.get("barren", []))
+
+    def mark_barren(self, task_hash: str) -> bool:
+        """Remember a barren task (saved with the state); True the first time."""
+        got = self.state.setdefault("barren", [])
+        if task_hash in got:
+            return False
+        got.append(task_hash)
+        return True
+
     def wall(self) -> float:
         return self.state.get("wall_s", 0.0) + (time.perf_counter() - self._mark)
 
@@ -298,12 +314,14 @@ class WorkDir:
     def point(self, r: int, b: int, model: str, tasks: list, counts: dict[str, int],
               bests: dict[str, float]) -> dict[str, Any]:
         """The convergence point at the end of round r (fixing the reference point when every
-        task has a measurement); `counts` and `bests` by task hash, absent tasks have none."""
+        task has a measurement, or is barren: no program could be generated for it); `counts`
+        and `bests` by task hash, absent tasks have none."""
         hashes = [t.hash for t in tasks]
         weight = {t.hash: t.weight for t in tasks}
         have = [h for h in hashes if bests.get(h) is not None]
         measurements = sum(counts.get(h, 0) for h in hashes)
-        if self.state["reference"] is None and all(counts.get(h, 0) > 0 for h in hashes):
+        barren = self.barren()
+        if self.state["reference"] is None and all(counts.get(h, 0) > 0 or h in barren for h in hashes):
             total = sum(weight[h] * bests[h] for h in have)
             if have and total > 0:
                 self.state["reference"] = {"round": r, "measurements": measurements, "tasks": have,
