@@ -298,7 +298,8 @@ class _Loop(FinetuneProcess):
                     if not have and not self.db.counts_by_task(self.target.key).get(task.hash) and \
                             self.wd.mark_barren(task.hash):
                         self.console.print(f"  [yellow]{task.name}[/yellow] ({task.hash}): no program could be "
-                                           f"generated ({bad} samples failed); left out of the reference point")
+                                           "generated (every sample failed TVM's checks); left out of the "
+                                           "reference point, chosen last")
                 running = self._job is not None
                 self._poll_finetune()
                 if running and self._job is None and (newer := self._newest_model(r)) != model:
