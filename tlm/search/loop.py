@@ -295,7 +295,7 @@ class _Loop(FinetuneProcess):
                         pending = None
                 else:
                     bar.update(job, advance=need)
-                    if not have and not self.db.counts_by_task(self.target.key).get(task.hash) and \
+                    if not have and not self.db.count(task_hash=task.hash, target_key=self.target.key) and \
                             self.wd.mark_barren(task.hash):
                         self.console.print(f"  [yellow]{task.name}[/yellow] ({task.hash}): no program could be "
                                            "generated (every sample failed TVM's checks); left out of the "
