@@ -332,3 +332,51 @@ def test_idle_priority_in_a_child():
             "print(os.sched_getscheduler(0) == getattr(os, 'SCHED_IDLE', -1), os.nice(0))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[1] == "19" and (out[0] == "True" or not hasattr(os, "SCHED_IDLE"))
+
+
+@pytest.mark.tvm
+def test_a_stopped_fine_tuning_resumes_from_its_checkpoint(base_dir, tasks, host, tmp_path, monkeypatch):
+    """Stopped mid-run (here in its 6th step, mid-epoch), a fine-tuning started again on the same
+    base, demonstrations and config goes on from its checkpoint and ends with the weights of an
+    uninterrupted run; a checkpoint of another run is not used."""
+    from dataclasses import replace
+
+    import torch
+    from safetensors.torch import load_file
+
+    import tlm.model.finetune as ft
+    from tlm.model.checkpoint import checkpoint_path, run_key
+
+    demos = _demos(tasks, host)
+    cfg = FinetuneConfig(steps=8, lr=3e-3, batch_size=1, seed=3, checkpoint_s=0)  # a checkpoint every step
+    whole = ft.finetune(base_dir, demos, tmp_path / "whole", cfg)
+    assert not checkpoint_path(whole).exists()
+    real = ft._lr_factor
+
+    def stop(at):
+        def lr_factor(step, c):
+            if step == at:
+                raise KeyboardInterrupt
+            return real(step, c)
+        monkeypatch.setattr(ft, "_lr_factor", lr_factor)
+        with pytest.raises(KeyboardInterrupt):
+            ft.finetune(base_dir, demos, tmp_path / "cut", cfg)
+        monkeypatch.setattr(ft, "_lr_factor", real)
+        assert checkpoint_path(tmp_path / "cut").is_file()
+
+    stop(5)
+    assert not (tmp_path / "cut").exists()
+    out = ft.finetune(base_dir, demos, tmp_path / "cut", cfg)
+    report = json.loads((out / "finetune.json").read_text())
+    assert report["resumed_at_step"] == 5 and not checkpoint_path(out).exists()
+    assert report["history"] == json.loads((whole / "finetune.json").read_text())["history"]
+    a, b = load_file(str(whole / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+    stop(3)
+    other = ft.finetune(base_dir, demos, tmp_path / "cut", replace(cfg, seed=4))
+    assert json.loads((other / "finetune.json").read_text())["resumed_at_step"] == 0
+    # The threads, device and checkpoint interval are how a run is run, not which run it is.
+    d = ft.as_demos(demos, host)
+    assert run_key(base_dir, d, cfg) == run_key(base_dir, d, replace(cfg, threads=1, device="cuda", checkpoint_s=9))
+    assert run_key(base_dir, d, cfg) != run_key(base_dir, d[:1], cfg)

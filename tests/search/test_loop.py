@@ -248,6 +248,19 @@ def test_waiting_for_a_fine_tuning_keeps_checking_in(base_dir, tasks, tmp_path, 
     state = json.loads((work / "state.json").read_text())
     assert state["next_round"] == 1 and state["finetune"]["status"] == "running"
 
+    # Resumed, it goes on with the stopped run's demonstrations (its checkpoint's run), not new ones.
+    import shutil
+
+    import tlm.model.demos
+
+    shutil.rmtree(work / "models" / "round-0", ignore_errors=True)  # in case it ended before it was stopped
+    monkeypatch.undo()
+    for name in ("demo_records", "every_target_demos"):
+        monkeypatch.setattr(tlm.model.demos, name, lambda *a, **k: pytest.fail("demonstrations recomputed"))
+    run_loop(_config(base_dir, work, kb=1, rounds=1, pipeline=False), progress=False, measurer=measurer)
+    state = json.loads((work / "state.json").read_text())
+    assert state["finetune"]["status"] == "done" and (work / "models" / "round-0" / "tlm.json").is_file()
+
 
 def test_cli_loop_errors(tmp_path):
     from tlm.cli import main

@@ -150,6 +150,23 @@ def every_target_demos(db, tasks, target, per_task: int = 1) -> tuple[list[Demo]
     return out, counts
 
 
+def db_demos(db_dir: str, specs: list[str], per_task: int) -> tuple[list, list[Demo]]:
+    """(targets, demonstrations) of a record database for each target of `specs` (a target, or
+    "all": every CPU target the database has records of)."""
+    from tlm.measure.database import open_db
+
+    with open_db(db_dir, create=False) as db:
+        if "all" in specs:
+            specs = [s for s in specs if s != "all"] + [json.loads(k) for k in db.target_keys()]
+        targets = list({t.key: t for t in map(resolve_target, specs)}.values())
+        out: list[Demo] = []
+        for target in targets:
+            hashes = sorted({r.task_hash for r in db.records(target_key=target.key)})
+            tasks = [t for t in (db.task(h) for h in hashes) if t is not None]
+            out += demo_records(db, tasks, target, per_task)
+    return targets, out
+
+
 def demonstrations(db, tasks, target_key, per_task: int = 1) -> list[tuple[Any, str]]:
     """(task, sentence) of the `per_task` best measured programs of each task (see demo_records)."""
     by_hash = {t.hash: t for t in tasks}

@@ -13,7 +13,9 @@ exactly like pretraining (<bos> + words + <eos>, padding not trained on), with o
 
 Output: a model directory (tlm.model.lm.save_model) with the base's tokenizer and metadata plus
 {"finetuned_from", "demonstrations", "loss"}, and `finetune.json` (the config, losses, timing).
-The directory appears in one rename when complete. Deterministic given the seed (CPU).
+The directory appears in one rename when complete. Deterministic given the seed (CPU). A run
+that is stopped resumes from its last checkpoint (`<out>.ckpt`, tlm.model.checkpoint) when started
+again on the same base, demonstrations and config.
 
 CLI: `tlm finetune --base MODEL --db DIR --out MODEL` (demonstrations of every task in the
 database), or `python -m tlm.model.finetune --base MODEL --demos FILE.jsonl --out MODEL` (what
@@ -35,9 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from tlm.errors import TlmError
-from tlm.graph.target import resolve_target
-from tlm.model.demos import (Demo, as_demos, demo_records, demonstrations, encode_demo, read_demos, token_logprobs,
-                             trace_sentence, value_logprobs, value_mask, write_demos)
+from tlm.model.checkpoint import checkpoint_path, drop_checkpoint, load_checkpoint, run_key, save_checkpoint
+from tlm.model.demos import (Demo, as_demos, db_demos, demo_records, demonstrations, encode_demo, read_demos,
+                             token_logprobs, trace_sentence, value_logprobs, value_mask, write_demos)
 from tlm.model.lm import pad_batch
 
 __all__ = ["CONFIG_FILE", "LOSSES", "Demo", "FinetuneConfig", "FinetuneJob", "FinetuneOutcome", "demo_records",
@@ -62,6 +64,7 @@ class FinetuneConfig:
     warmup: int = -1  # -1: a tenth of the steps
     weight_decay: float = 0.0
     threads: int = 0  # torch threads; 0: torch's default
+    checkpoint_s: float = 120.0  # save a resumable checkpoint this often (tlm.model.checkpoint); <0: never
 
     def resolved(self, n_demos: int, preset: str | None) -> FinetuneConfig:
         from tlm.model.lm import PRESETS
@@ -162,19 +165,22 @@ def finetune(base_dir: str | Path, demos, out_dir: str | Path, config: FinetuneC
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     size = min(cfg.batch_size, len(rows))
     per_epoch = max(1, len(rows) // size)
-    history: list[dict[str, float]] = []
-    first = last = None
-    start = time.perf_counter()
+    ckpt, key = checkpoint_path(out_dir), run_key(base_dir, demos, cfg)
+    resumed = load_checkpoint(ckpt, key, model, opt, cfg.device) if cfg.checkpoint_s >= 0 else None
+    begin, done = resumed or (0, {"first": None, "last": None, "history": [], "seconds": 0.0})
+    history: list[dict[str, float]] = done["history"]
+    first, last = done["first"], done["last"]
+    start = saved = time.perf_counter()
     order: list[int] = []
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     bar = Progress(TextColumn("fine-tuning"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                    TextColumn("{task.fields[info]}"), disable=not progress)
     with bar:
-        job = bar.add_task("steps", total=cfg.steps, info="")
-        for step in range(cfg.steps):
+        job = bar.add_task("steps", total=cfg.steps, completed=begin, info="")
+        for step in range(begin, cfg.steps):
             epoch, b = divmod(step, per_epoch)
-            if b == 0:  # batch order: a pure function of (seed, epoch)
+            if b == 0 or not order:  # batch order: a pure function of (seed, epoch)
                 order = list(range(len(rows)))
                 random.Random(cfg.seed * 1000003 + epoch).shuffle(order)
             picked = order[b * size : (b + 1) * size]
@@ -194,6 +200,11 @@ def finetune(base_dir: str | Path, demos, out_dir: str | Path, config: FinetuneC
             if step % max(1, cfg.steps // 20) == 0 or step == cfg.steps - 1:
                 history.append({"step": step + 1, "loss": last})
             bar.update(job, completed=step + 1, info=f"loss {last:.3f}")
+            if 0 <= cfg.checkpoint_s <= time.perf_counter() - saved and step + 1 < cfg.steps:
+                seconds = done["seconds"] + time.perf_counter() - start
+                save_checkpoint(ckpt, key, step + 1, model, opt,
+                                {"first": first, "last": last, "history": history, "seconds": seconds})
+                saved = time.perf_counter()
     model.eval()
 
     tmp = out_dir.with_name(f"{out_dir.name}.tmp-{os.getpid()}")
@@ -211,12 +222,13 @@ def finetune(base_dir: str | Path, demos, out_dir: str | Path, config: FinetuneC
     report = {"config": asdict(cfg), "base": str(base_dir), "demonstrations": len(demos),
               "tasks": len({d.task_hash for d in demos}), "trainable_tokens": trainable,
               "first_loss": first, "final_loss": last, "history": history,
-              "seconds": round(time.perf_counter() - start, 3)}
+              "seconds": round(done["seconds"] + time.perf_counter() - start, 3), "resumed_at_step": begin}
     (tmp / CONFIG_FILE).write_text(json.dumps(report, indent=1))
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     if out_dir.exists():
         shutil.rmtree(out_dir)
     os.replace(tmp, out_dir)
+    drop_checkpoint(ckpt)
     return out_dir
 
 
@@ -334,23 +346,6 @@ def _cmd_finetune(args: argparse.Namespace) -> int:
           f"({report['config']['loss']} loss, {report['config']['steps']} steps): loss {report['first_loss']:.4f} -> "
           f"{report['final_loss']:.4f} in {report['seconds']:.1f} s; model in {out}")
     return 0
-
-
-def db_demos(db_dir: str, specs: list[str], per_task: int) -> tuple[list, list[Demo]]:
-    """(targets, demonstrations) of a record database for each target of `specs` (a target, or
-    "all": every CPU target the database has records of)."""
-    from tlm.measure.database import open_db
-
-    with open_db(db_dir, create=False) as db:
-        if "all" in specs:
-            specs = [s for s in specs if s != "all"] + [json.loads(k) for k in db.target_keys()]
-        targets = list({t.key: t for t in map(resolve_target, specs)}.values())
-        out: list[Demo] = []
-        for target in targets:
-            hashes = sorted({r.task_hash for r in db.records(target_key=target.key)})
-            tasks = [t for t in (db.task(h) for h in hashes) if t is not None]
-            out += demo_records(db, tasks, target, per_task)
-    return targets, out
 
 
 def _add_args(p: argparse.ArgumentParser) -> None:

@@ -47,17 +47,24 @@ class FinetuneProcess:
         self._wait_finetune()
         demos_path = self.work / "demos" / f"round-{r}.jsonl"
         write_demos(demos, demos_path)
+        self._start_finetune(r, demos_path, len(demos), digest, targets)
+
+    def _start_finetune(self, r: int, demos_path: Path, n_demos: int, digest: str, targets: list[str]) -> None:
         out = self.wd.model_dir(r)
         c = self.config
+        for stale in out.parent.glob("*.ckpt"):  # a stopped fine-tuning of an earlier round: superseded
+            if stale.name != f"{out.name}.ckpt":
+                stale.unlink(missing_ok=True)
         ft = FinetuneConfig(steps=c.ft_steps, lr=c.ft_lr, batch_size=c.ft_batch_size, epochs=c.ft_epochs,
                             loss=c.ft_loss, seed=c.seed + r, device=c.device, threads=c.ft_threads)
         log_path = self.work / "logs" / f"finetune-round-{r}.log"
         self._job = FinetuneJob(self.base, demos_path, out, ft, log_path, targets, idle=c.ft_idle)
-        self.state["finetune"] = {"round": r, "status": "running", "demonstrations": len(demos), "digest": digest,
-                                  "out": str(out), "log": str(log_path), "started_wall_s": round(self.wd.wall(), 3)}
+        self.state["finetune"] = {"round": r, "status": "running", "demonstrations": n_demos, "digest": digest,
+                                  "targets": targets, "out": str(out), "log": str(log_path),
+                                  "started_wall_s": round(self.wd.wall(), 3)}
         self.wd.save()
         mode = "in the background" if c.pipeline else "now"
-        self.console.print(f"  fine-tuning the base on {len(demos)} demonstrations into {out.name} {mode}")
+        self.console.print(f"  fine-tuning the base on {n_demos} demonstrations into {out.name} {mode}")
         if not c.pipeline:
             self._wait_finetune()
 
@@ -100,7 +107,13 @@ class FinetuneProcess:
             self._finish_finetune(finetune_outcome(ft["out"], ft["log"], 0))
             return
         self.console.print(f"  resuming the fine-tuning of round {last}")
-        self._launch_finetune(last)
+        demos_path = self.work / "demos" / f"round-{last}.jsonl"
+        if ft and ft["round"] == last and "targets" in ft and demos_path.is_file():
+            # the same demonstrations as the stopped run: it goes on from its checkpoint
+            # (tlm.model.checkpoint); the next round fine-tunes on what was measured since
+            self._start_finetune(last, demos_path, ft["demonstrations"], ft["digest"], ft["targets"])
+        else:
+            self._launch_finetune(last)
 
 
 def demos_digest(demos: list, targets: list[str]) -> str:
