@@ -1,6 +1,11 @@
 """Demonstration sets for the session-25 GPU fine-tuning runs: every CPU of the collector's DB,
 the loop's training tasks. best8s: the 8 best distinct programs per task and CPU, each weighted
-by (task's best / its latency)^4 (bench/learning.py's `speed`)."""
+by (task's best / its latency)^4 (bench/learning.py's `speed`). Run in the repository root where
+TVM is, then: `cp work/collect-llvm-znver3-2c-train-set/demos/round-3.jsonl work/gpu-s25/ && xz
+work/gpu-s25/*.jsonl` (what travels to the GPU machine is 64 MiB at most), and `bash
+pretrained/finetune-variants/run.sh` there (device run, carry work/gpu-s25)."""
+import os
+os.makedirs("work/gpu-s25", exist_ok=True)
 import json, time
 from dataclasses import replace
 from tlm.graph.tasks import Task
