@@ -371,3 +371,37 @@ def test_transfer_proposes_other_cpus_fastest_programs(base_dir, tasks, host, tm
     with open_db(str(work / "db")) as db:  # next round: the next fastest, never the same one again
         moved = db.records(target_key=host.key, proposer="transfer")
         assert len(moved) == 4 and len({(r.task_hash, r.sentence) for r in moved}) == 4
+
+
+@pytest.mark.tvm
+def test_measuring_does_not_wait_for_a_slow_fine_tuning(base_dir, tasks, tmp_path, monkeypatch, measurer):
+    """Pipelined: round 0's fine-tuning still runs when rounds 1 and 2 end; they are measured
+    without waiting for it, and the newest round's fine-tuning starts when it ends (at the run's
+    end here)."""
+    from pathlib import Path
+
+    from tlm.model.finetune import FinetuneJob
+
+    work = tmp_path / "work"
+    launched, waits = [], []
+    real_init, real_poll = FinetuneJob.__init__, FinetuneJob.poll
+
+    def init(self, base, demos_path, out_dir, *a, **k):
+        launched.append(Path(out_dir).name)
+        real_init(self, base, demos_path, out_dir, *a, **k)
+
+    def poll(self, timeout=0.0):
+        if self.out_dir.name == "round-0" and timeout == 0.0:
+            return None  # busy as long as nobody waits for it
+        waits.append(json.loads((work / "state.json").read_text())["next_round"])
+        return real_poll(self, timeout)
+
+    monkeypatch.setattr(FinetuneJob, "__init__", init)
+    monkeypatch.setattr(FinetuneJob, "poll", poll)
+    run_loop(_config(base_dir, work, kb=1, rounds=3, ft_steps=1), tasks, progress=False, measurer=measurer)
+    state = json.loads((work / "state.json").read_text())
+    assert state["next_round"] == 3 and [x["model"] for x in state["rounds"]] == ["base"] * 3
+    assert waits and min(waits) == 3  # the first wait for a fine-tuning: after the last round
+    assert launched == ["round-0", "round-2"]
+    assert state["finetune"]["round"] == 2 and state["finetune"]["status"] == "done"
+    assert (work / "models" / "round-2" / "tlm.json").is_file()

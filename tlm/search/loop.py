@@ -300,9 +300,7 @@ class _Loop(FinetuneProcess):
                         self.console.print(f"  [yellow]{task.name}[/yellow] ({task.hash}): no program could be "
                                            "generated (every sample failed TVM's checks); left out of the "
                                            "reference point, chosen last")
-                running = self._job is not None
-                self._poll_finetune()
-                if running and self._job is None and (newer := self._newest_model(r)) != model:
+                if self._poll_finetune() and (newer := self._newest_model(r)) != model:
                     model, gen = newer, self._generator(newer)  # a pipelined fine-tuning just finished
                     used.append(self._label(model))
                     self.console.print(f"  round {r}: generating with {self._label(model)} from task {i + 2} on")
@@ -345,7 +343,7 @@ class _Loop(FinetuneProcess):
             r = self.state["next_round"]
             self._round(r)
             self._launch_finetune(r)
-        self._wait_finetune()
+        self._wait_all_finetunes()
         self.state["stopped"] = reason
         self.wd.save()
         write_convergence(self.work, self.state["curve"], self._title(), reason)

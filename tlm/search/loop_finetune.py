@@ -17,11 +17,20 @@ class FinetuneProcess:
     database, tasks, target, base model and console it uses."""
 
     _job: FinetuneJob | None
+    _ft_pending: int | None = None  # a round whose fine-tuning waits for the running one to end (pipelined)
     after_task: Any
 
     def _launch_finetune(self, r: int) -> None:
         from tlm.model.demos import demo_records, every_target_demos, write_demos
 
+        if self._job is not None and self.config.pipeline:
+            # Measuring goes on: the running fine-tuning (at idle priority it can take longer than
+            # a round) is not waited for; when it ends, the newest round's starts on the best
+            # programs of that moment (`_start_pending`).
+            self._ft_pending = r
+            self.console.print(f"  round {r}: the fine-tuning of round {self.state['finetune']['round']} is still "
+                               "running; the next one starts when it ends")
+            return
         if self.config.demo_targets == "all":
             demos, by_target = every_target_demos(self.db, self.tasks, self.target, self.config.per_task_demos)
             demos = demos if by_target.get(self.target.key) else []  # none of its own yet: nothing to learn
@@ -81,9 +90,25 @@ class FinetuneProcess:
                                f"(see {ft['log']}); the previous model stays in use")
         self.wd.save()
 
-    def _poll_finetune(self) -> None:
+    def _poll_finetune(self) -> bool:
+        """Whether a fine-tuning just ended (a pending one is started then)."""
         if self._job is not None and (outcome := self._job.poll()) is not None:
             self._finish_finetune(outcome)
+            self._start_pending()
+            return True
+        return False
+
+    def _start_pending(self) -> None:
+        if self._ft_pending is not None and self._job is None:
+            r, self._ft_pending = self._ft_pending, None
+            self._launch_finetune(r)
+
+    def _wait_all_finetunes(self) -> None:
+        """The end of a run: the running fine-tuning, then the pending one."""
+        self._wait_finetune()
+        while self._ft_pending is not None:
+            self._start_pending()
+            self._wait_finetune()
 
     def _wait_finetune(self) -> None:
         if self._job is not None:
