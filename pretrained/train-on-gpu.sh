@@ -19,29 +19,5 @@ train() {  # preset steps pretrain-timeout
 train small ${SMALL_STEPS:-12000} 420 &
 train medium ${MEDIUM_STEPS:-10000} 450 &
 wait
-python3 - <<'PY'
-import os, tarfile, torch, shutil
-from pathlib import Path
-from safetensors.torch import load_file, save_file
-out = Path(os.environ["OUT"])
-for name in ("small", "small-ft", "medium", "medium-ft"):
-    d = Path("/tmp/m") / name
-    if not (d / "tlm.json").is_file():
-        print("missing", name); continue
-    h = Path("/tmp/h") / name; h.mkdir(parents=True)
-    for f in d.iterdir():
-        if f.is_file():
-            shutil.copy(f, h / f.name)
-    sd = load_file(str(d / "model.safetensors"))
-    save_file({k: v.half() for k, v in sd.items()}, str(h / "model.safetensors"), metadata={"format": "pt"})
-    with tarfile.open(out / f"{name}.tar", "w") as t:
-        t.add(h, arcname=name)
-    tar = out / f"{name}.tar"
-    data = tar.read_bytes()
-    if len(data) > 15 << 20:  # one file comes back at most 16 MiB
-        tar.unlink()
-        for i in range(0, len(data), 15 << 20):
-            (out / f"{name}.tar.part{i // (15 << 20)}").write_bytes(data[i:i + (15 << 20)])
-    print(name, len(data))
-PY
+python3 pretrained/pack_fp16.py /tmp/m small small-ft medium medium-ft
 ls -la $OUT

@@ -14,23 +14,5 @@ ft r3-8k round-3.jsonl 3 8000 &
 ft s8-8k best8s.jsonl 3 8000 &
 ft s8-16k best8s.jsonl 3 16000 &
 wait
-python3 - <<'PY'
-import os, tarfile, shutil
-from pathlib import Path
-from safetensors.torch import load_file, save_file
-out = Path(os.environ["OUT"])
-for name in ("r3", "r3-8k", "s8-8k", "s8-16k"):
-    d = Path("/tmp/m") / name
-    if not (d / "tlm.json").is_file():
-        print("missing", name); continue
-    h = Path("/tmp/h") / name; h.mkdir(parents=True)
-    for f in d.iterdir():
-        if f.is_file():
-            shutil.copy(f, h / f.name)
-    sd = load_file(str(d / "model.safetensors"))
-    save_file({k: v.half() for k, v in sd.items()}, str(h / "model.safetensors"), metadata={"format": "pt"})
-    with tarfile.open(out / f"{name}.tar", "w") as t:
-        t.add(h, arcname=name)
-    print(name, (out / f"{name}.tar").stat().st_size)
-PY
+python3 pretrained/pack_fp16.py /tmp/m r3 r3-8k s8-8k s8-16k
 ls -la $OUT
