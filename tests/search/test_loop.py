@@ -398,7 +398,9 @@ def test_measuring_does_not_wait_for_a_slow_fine_tuning(base_dir, tasks, tmp_pat
 
     monkeypatch.setattr(FinetuneJob, "__init__", init)
     monkeypatch.setattr(FinetuneJob, "poll", poll)
-    run_loop(_config(base_dir, work, kb=1, rounds=3, ft_steps=1), tasks, progress=False, measurer=measurer)
+    # two batches (a round of new programs each) and no convergence stop: three rounds whatever is measured
+    run_loop(_config(base_dir, work, kb=2, rounds=3, ft_steps=1, min_gain=-1.0), tasks, progress=False,
+             measurer=measurer)
     state = json.loads((work / "state.json").read_text())
     assert state["next_round"] == 3 and [x["model"] for x in state["rounds"]] == ["base"] * 3
     assert waits and min(waits) == 3  # the first wait for a fine-tuning: after the last round
