@@ -6,23 +6,19 @@ work/gpu-s25/*.jsonl` (what travels to the GPU machine is 64 MiB at most), and `
 pretrained/finetune-variants/run.sh` there (device run, carry work/gpu-s25)."""
 import os
 os.makedirs("work/gpu-s25", exist_ok=True)
-import json, time
-from dataclasses import replace
+import json, sys, time
+sys.path.insert(0, "bench")
+from learning import method_demos  # bench/learning.py's `speed`: best-per-task weights
 from tlm.graph.tasks import Task
 from tlm.measure.database import open_db
-from tlm.model.demos import every_target_demos, write_demos
+from tlm.model.demos import other_targets, write_demos
+from tlm.graph.target import resolve_target
 
 W = "work/collect-llvm-znver3-2c-train-set"
 t0 = time.time()
 tasks = [Task.from_json(t) for t in json.load(open(W + "/tasks.json"))]
-T3 = {"kind": "llvm", "num-cores": 2, "mtriple": "x86_64-unknown-linux-gnu", "mcpu": "znver3"}
+T3 = resolve_target({"kind": "llvm", "num-cores": 2, "mtriple": "x86_64-unknown-linux-gnu", "mcpu": "znver3"})
 with open_db(W + "/db", create=False) as db:
-    demos, counts = every_target_demos(db, tasks, T3, 8)
-print(len(demos), counts, f"{time.time() - t0:.0f} s")
-best = {}
-for d in demos:
-    k = (d.task_hash, d.sentence.split()[:d.prompt_len].__str__())
-    best[k] = min(best.get(k, 1e9), d.median_s)
-out = [replace(d, weight=(best[(d.task_hash, d.sentence.split()[:d.prompt_len].__str__())] / d.median_s) ** 4) for d in demos]
+    out = [d for t in [T3, *other_targets(db, T3)] for d in method_demos(db, tasks, t, 8, 4.0)]
 write_demos(out, "work/gpu-s25/best8s.jsonl")
-print("weights sum", sum(d.weight for d in out), "n", len(out))
+print(len(out), "demonstrations, weights sum", sum(d.weight for d in out), f"{time.time() - t0:.0f} s")
