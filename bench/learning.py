@@ -62,19 +62,6 @@ def heldout_tasks(workloads: list[str], corpus_db, n: int, target, k: int, seed:
     return [(t, random_sentences(t, target, k, seed)) for _, t in select_heldout(tbw, n, target, k, seed, trained)]
 
 
-def method_demos(db, tasks, target, per_task: int, power: float) -> list:
-    """Demonstrations of a method: the per_task best of each task, weighted by speed^power."""
-    from dataclasses import replace
-
-    from tlm.model.demos import demo_records
-
-    demos = demo_records(db, tasks, target, per_task)
-    best: dict[str, float] = {}
-    for d in demos:
-        best[d.task_hash] = min(best.get(d.task_hash, math.inf), d.median_s)
-    return [replace(d, weight=(best[d.task_hash] / d.median_s) ** power) if power else d for d in demos]
-
-
 def _geomean(xs: list[float]) -> float | None:
     xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
@@ -214,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     from tlm.measure.database import open_db
     from tlm.measure.measurer import MeasureConfig
     from tlm.measure.shards import corpus_summary, hardware_slug, ingest
+    from tlm.model.demos import demo_records
     from tlm.model.finetune import FinetuneConfig, finetune, model_done
     from tlm.model.generate import Generator
     from tlm.model.lm import read_meta
@@ -227,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         ingest(cdb, args.corpus)
         train = [t for h in sorted(cdb.best_by_task(target.key)) if (t := cdb.task(h)) is not None]
         held = heldout_tasks(args.workloads, cdb, args.tasks, target, args.k, args.seed)
-        demos = {m: method_demos(cdb, train, target, *METHODS[m][:2]) for m in args.methods}
+        demos = {m: demo_records(cdb, train, target, *METHODS[m][:2]) for m in args.methods}
         n_records = cdb.count(target_key=target.key)
     models, ft_info = {"base": base}, {}
     for m in args.methods:

@@ -1,17 +1,15 @@
 """Demonstration sets for the session-25 GPU fine-tuning runs: every CPU of the collector's DB,
 the loop's training tasks. best8s: the 8 best distinct programs per task and CPU, each weighted
-by (task's best / its latency)^4 (bench/learning.py's `speed`). Run in the repository root where
+by (task's best / its latency)^4 (bench/learning.py's `speed`; `tlm finetune --per-task 8 --speed-power 4`). Run in the repository root where
 TVM is, then: `cp work/collect-llvm-znver3-2c-train-set/demos/round-3.jsonl work/gpu-s25/ && xz
 work/gpu-s25/*.jsonl` (what travels to the GPU machine is 64 MiB at most), and `bash
 pretrained/finetune-variants/run.sh` there (device run, carry work/gpu-s25)."""
 import os
 os.makedirs("work/gpu-s25", exist_ok=True)
 import json, sys, time
-sys.path.insert(0, "bench")
-from learning import method_demos  # bench/learning.py's `speed`: best-per-task weights
 from tlm.graph.tasks import Task
 from tlm.measure.database import open_db
-from tlm.model.demos import other_targets, write_demos
+from tlm.model.demos import demo_records, other_targets, write_demos
 from tlm.graph.target import resolve_target
 
 W = "work/collect-llvm-znver3-2c-train-set"
@@ -19,6 +17,6 @@ t0 = time.time()
 tasks = [Task.from_json(t) for t in json.load(open(W + "/tasks.json"))]
 T3 = resolve_target({"kind": "llvm", "num-cores": 2, "mtriple": "x86_64-unknown-linux-gnu", "mcpu": "znver3"})
 with open_db(W + "/db", create=False) as db:
-    out = [d for t in [T3, *other_targets(db, T3)] for d in method_demos(db, tasks, t, 8, 4.0)]
+    out = [d for t in [T3, *other_targets(db, T3)] for d in demo_records(db, tasks, t, 8, 4.0)]
 write_demos(out, "work/gpu-s25/best8s.jsonl")
 print(len(out), "demonstrations, weights sum", sum(d.weight for d in out), f"{time.time() - t0:.0f} s")

@@ -179,6 +179,10 @@ def test_demonstrations_pick_the_best_and_convert_traces(tasks, host, tmp_path):
         two = demo_records(db, [mm], host, per_task=2)
         assert [d.sentence for d in two] == [render(p, mm, host) for p in (progs[3], progs[2])]
         assert two[0].proposer == "metaschedule" and two[0].median_s == pytest.approx(1e-5)
+        assert [d.weight for d in two] == [1.0, 1.0]
+        # `tlm finetune --speed-power P`: weighted by (task's fastest / latency) ^ P
+        weighted = demo_records(db, [mm], host, per_task=3, speed_power=2.0)
+        assert [d.weight for d in weighted] == pytest.approx([1.0, 0.25, 1 / 9])
         # A trace that is no program of the task's spaces is skipped, not fatal.
         db.add_record(mm, host.key, [[["GetSBlock", [], ["C", "main"], ["b0"]]], []], [1e-7], proposer="import")
         assert demonstrations(db, [mm], host.key) == [(mm, render(progs[3], mm, host))]
@@ -237,6 +241,8 @@ def test_cli_finetune_needs_one_source(tmp_path):
     from tlm.cli import main
 
     assert main(["finetune", "--base", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    for bad in (["--db", str(tmp_path), "--speed-power", "-1"], ["--demos", str(tmp_path), "--speed-power", "2"]):
+        assert main(["finetune", "--base", str(tmp_path), "--out", str(tmp_path / "o"), *bad]) == 2
 
 
 def test_config_resolution():

@@ -78,8 +78,11 @@ def trace_sentence(task, trace_json, target) -> str | None:
     return None
 
 
-def demo_records(db, tasks, target, per_task: int = 1) -> list[Demo]:
+def demo_records(db, tasks, target, per_task: int = 1, speed_power: float = 0.0) -> list[Demo]:
     """The `per_task` fastest correct records of each task that have (or yield) a sentence.
+
+    `speed_power` > 0: each demonstration is weighted by (its task's fastest / its latency) ^ power
+    (the best 1, slower ones less; bench/learning.py's `speed` method), else all weigh 1.
 
     `target` is a TargetInfo, a target key (the database's target column) or anything
     `resolve_target` takes. Records are taken in order of median latency; a record without a
@@ -117,8 +120,12 @@ def demo_records(db, tasks, target, per_task: int = 1) -> list[Demo]:
                 sentence = _TRACE_CACHE[key]
             if not sentence or sentence in got or sentence.split()[: len(prompt)] != prompt:
                 continue
+            if not got:
+                top = rec.median_s  # the task's fastest demonstration
             got.add(sentence)
-            out.append(Demo(task.hash, sentence, len(prompt), task.name, task.kind, rec.median_s, rec.proposer))
+            weight = (top / rec.median_s) ** speed_power if speed_power else 1.0
+            out.append(Demo(task.hash, sentence, len(prompt), task.name, task.kind, rec.median_s, rec.proposer,
+                            weight))
     return out
 
 
@@ -150,9 +157,9 @@ def every_target_demos(db, tasks, target, per_task: int = 1) -> tuple[list[Demo]
     return out, counts
 
 
-def db_demos(db_dir: str, specs: list[str], per_task: int) -> tuple[list, list[Demo]]:
+def db_demos(db_dir: str, specs: list[str], per_task: int, speed_power: float = 0.0) -> tuple[list, list[Demo]]:
     """(targets, demonstrations) of a record database for each target of `specs` (a target, or
-    "all": every CPU target the database has records of)."""
+    "all": every CPU target the database has records of); see demo_records."""
     from tlm.measure.database import open_db
 
     with open_db(db_dir, create=False) as db:
@@ -163,7 +170,7 @@ def db_demos(db_dir: str, specs: list[str], per_task: int) -> tuple[list, list[D
         for target in targets:
             hashes = sorted({r.task_hash for r in db.records(target_key=target.key)})
             tasks = [t for t in (db.task(h) for h in hashes) if t is not None]
-            out += demo_records(db, tasks, target, per_task)
+            out += demo_records(db, tasks, target, per_task, speed_power)
     return targets, out
 
 

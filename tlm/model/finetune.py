@@ -332,6 +332,8 @@ def _cmd_finetune(args: argparse.Namespace) -> int:
         idle_priority()
     if bool(args.db) == bool(args.demos):
         raise TlmError("give either --db or --demos")
+    if args.speed_power < 0 or (args.speed_power and not args.db):
+        raise TlmError("--speed-power takes a number >= 0, with --db")
     cfg = _config_from_args(args)
     if args.demos:  # --target: the CPUs the demonstrations were measured on (the model's targets gain them)
         from tlm.graph.target import resolve_target
@@ -339,7 +341,7 @@ def _cmd_finetune(args: argparse.Namespace) -> int:
         demos = read_demos(args.demos)
         target = [resolve_target(t) for t in args.target] if args.target else None
     else:
-        target, demos = db_demos(args.db, args.target or ["host"], args.per_task)
+        target, demos = db_demos(args.db, args.target or ["host"], args.per_task, args.speed_power)
     out = finetune(args.base, demos, args.out, cfg, target=target, progress=args.progress)
     report = json.loads((out / CONFIG_FILE).read_text())
     print(f"fine-tuned {args.base} on {report['demonstrations']} demonstrations of {report['tasks']} tasks "
@@ -354,6 +356,8 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", default=None, help="record database: demonstrations of every task in it")
     p.add_argument("--demos", default=None, help="demonstrations as JSON lines (tlm.model.demos.write_demos)")
     p.add_argument("--per-task", type=int, default=1, help="demonstrations per task (with --db)")
+    p.add_argument("--speed-power", type=float, default=0.0,
+                   help="with --db: weigh each demonstration by (its task's best / its latency) ^ this (0: all 1)")
     p.add_argument("--target", nargs="+", default=None,
                    help="targets of the records (with --db; default host; all: every target in the database); with "
                         "--demos: the CPUs they were measured on, added to the model's targets")
