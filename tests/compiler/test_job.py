@@ -170,10 +170,16 @@ def test_cli_compile_budget_zero_end_to_end(tmp_path, host, monkeypatch, capsys)
     assert f"tlm: warning: {len(tasks)} of {len(tasks)} tasks run TVM's default schedule, untuned" in err
 
 
-def test_compile_needs_db_or_budget(tmp_path):
+def test_compile_needs_db_or_budget(tmp_path, capsys):
     from tlm.cli import main
 
     assert main(["compile", "mobilenet_v2"]) == 2
+    assert "give --db" in capsys.readouterr().err
+    # the first argument is checked first: an unknown workload is what is wrong, not the missing --db
+    assert main(["compile", "nonexistent"]) == 2
+    assert "unknown workload 'nonexistent'" in capsys.readouterr().err
+    assert main(["compile", str(tmp_path / "m.onnx")]) == 2
+    assert "no such ONNX file" in capsys.readouterr().err
     assert main(["compile", "mobilenet_v2", "--db", str(tmp_path), "--model", str(tmp_path)]) == 2
     assert main(["compile", "mobilenet_v2", "--budget", "lots"]) == 2
 

@@ -96,7 +96,10 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     from tlm.graph.target import resolve_target
     from tlm.search.base import TuneConfig
 
+    from tlm.graph.importer import check_source
+
     t0 = time.perf_counter()
+    check_source(args.source)
     if args.budget is None and args.db is None:
         raise TlmError("give --db DIR (a tuned record database) or --budget B|Kg (tune with the TLM tuner first)")
     if args.budget is None and args.model is not None:
