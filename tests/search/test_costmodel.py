@@ -188,17 +188,20 @@ def test_cli_costmodel_trains_on_the_corpus(measured, host, tmp_path, monkeypatc
     flush(measured, tmp_path / "corpus")
     out = tmp_path / "cm"
     argv = ["costmodel", "--corpus", str(tmp_path / "corpus"), "--out", str(out), "--work", str(tmp_path / "w"),
-            "--trees", "5"]
+            "--trees", "5", "--eta", "0.2"]
     assert main(argv) == 0
     meta = json.loads((out / META_FILE).read_text())
     assert meta["programs"] == 20 and meta["tasks"] == 2 and [t["cpu"] for t in meta["targets"]] == [host.cpu]
     assert "cost model in" in capsys.readouterr().out and CostModel.load(out).config.trees == 5
+    assert CostModel.load(out).config.eta == 0.2
     groups = training_groups(measured, host, tasks)
     assert CostModel.load(out).config.cpu_columns  # the default of `tlm costmodel`
     assert len(CostModel.load(out, host).predict(groups[0][0])) == len(groups[0][1])
     with pytest.raises(TlmError, match="per CPU"):  # such a model ranks for a target
         CostModel.load(out).predict(groups[0][0])
     assert main(["costmodel", "--corpus", str(tmp_path / "none"), "--out", str(out)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert main(["costmodel", "--out", str(out), "--eta", "0"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
     monkeypatch.setattr(tlm.graph.extract, "tasks_for_source", lambda source, target=None: SimpleNamespace(
         tasks=tasks, target=host))

@@ -150,9 +150,9 @@ def train_on_corpus(corpus: str | Path, out: str | Path, work: str | Path, kind:
 
 
 def _cmd_costmodel(args) -> int:
-    if args.trees < 1 or args.depth < 1:
-        raise TlmError("--trees and --depth must be at least 1")
-    cfg = CostModelConfig(trees=args.trees, depth=args.depth, seed=args.seed, objective=args.objective,
+    if args.trees < 1 or args.depth < 1 or not 0 < args.eta <= 1:
+        raise TlmError("--trees and --depth must be at least 1, --eta in (0, 1]")
+    cfg = CostModelConfig(trees=args.trees, depth=args.depth, eta=args.eta, seed=args.seed, objective=args.objective,
                           cpu_columns=args.cpu_columns)
     meta = train_on_corpus(args.corpus, args.out, args.work, args.kind, cfg,
                            log=lambda m: print(m, file=sys.stderr))
@@ -169,6 +169,7 @@ def register_cli(sub) -> None:
     p.add_argument("--kind", default="llvm", help="records of CPUs of this target kind (default llvm)")
     p.add_argument("--trees", type=int, default=CostModelConfig.trees)
     p.add_argument("--depth", type=int, default=CostModelConfig.depth)
+    p.add_argument("--eta", type=float, default=CostModelConfig.eta, help="XGBoost's learning rate")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--objective", default=CostModelConfig.objective, choices=list(OBJECTIVES),
                    help="reg: regression on -log(latency / task best); pairwise, ndcg: ranking within each task")
