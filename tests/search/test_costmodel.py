@@ -35,7 +35,9 @@ def measured(tasks, host, measurer, tmp_path_factory):
 def test_trained_on_records_it_ranks_and_round_trips(measured, tasks, host, tmp_path):
     from tvm.s_tir import Schedule
 
-    from tlm.search.costmodel import CostModel, CostModelConfig, features
+    from tlm.errors import TlmError
+    from tlm.search.costmodel import (CONFIG_FILE, LEGACY_MODEL_FILE, MODEL_FILE, CostModel, CostModelConfig,
+                                      features, model_file)
     from tlm.search.costmodel_data import training_groups
 
     groups = training_groups(measured, host, tasks)
@@ -48,7 +50,17 @@ def test_trained_on_records_it_ranks_and_round_trips(measured, tasks, host, tmp_
     assert lat[int(np.argmax(score))] <= sorted(lat)[len(lat) // 2]
     model.save(tmp_path / "cm")
     again = CostModel.load(tmp_path / "cm")
-    assert np.allclose(again.predict(x), score)
+    assert np.array_equal(again.predict(x), score)  # the compressed binary file loses nothing
+    # A directory saved before session 26 (plain XGBoost JSON) still loads; a save replaces it.
+    model.booster.save_model(str(tmp_path / "cm" / LEGACY_MODEL_FILE))
+    (tmp_path / "cm" / MODEL_FILE).unlink()
+    assert model_file(tmp_path / "cm").name == LEGACY_MODEL_FILE
+    assert np.array_equal(CostModel.load(tmp_path / "cm").predict(x), score)
+    model.save(tmp_path / "cm")
+    assert sorted(p.name for p in (tmp_path / "cm").iterdir()) == sorted([MODEL_FILE, CONFIG_FILE])
+    (tmp_path / "cm" / MODEL_FILE).write_bytes(b"not xz")
+    with pytest.raises(TlmError, match="unreadable cost model"):
+        CostModel.load(tmp_path / "cm")
     order = model.rank(tasks[0], [Schedule(tasks[0].mod)] * 3, host)
     assert sorted(order) == [0, 1, 2]
     bad = x[:2].copy()

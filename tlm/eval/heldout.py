@@ -123,11 +123,11 @@ def model_tag(model_dir: str | Path, cost_model_dir: str | Path | None = None, a
                 h.update(chunk)
         return h.hexdigest()[:n]
 
-    from tlm.search.costmodel import MODEL_FILE
+    from tlm.search.costmodel import MODEL_FILE, model_file
 
     tag = digest(Path(model_dir) / "model.safetensors", 12)
     if cost_model_dir:
-        tag += f"-cm{digest(Path(cost_model_dir) / MODEL_FILE, 8)}" + (f"-a{adapt_trees}" if adapt_trees else "")
+        tag += f"-cm{digest(model_file(cost_model_dir) or Path(cost_model_dir) / MODEL_FILE, 8)}" + (f"-a{adapt_trees}" if adapt_trees else "")
     return tag
 
 
