@@ -127,7 +127,8 @@ def model_tag(model_dir: str | Path, cost_model_dir: str | Path | None = None, a
 
     tag = digest(Path(model_dir) / "model.safetensors", 12)
     if cost_model_dir:
-        tag += f"-cm{digest(model_file(cost_model_dir) or Path(cost_model_dir) / MODEL_FILE, 8)}" + (f"-a{adapt_trees}" if adapt_trees else "")
+        booster = model_file(cost_model_dir) or Path(cost_model_dir) / MODEL_FILE
+        tag += f"-cm{digest(booster, 8)}" + (f"-a{adapt_trees}" if adapt_trees else "")
     return tag
 
 
