@@ -93,7 +93,7 @@ def _fmt_us(row: dict[str, Any]) -> str:
 
 def _cmd_compile(args: argparse.Namespace) -> int:
     from tlm.graph.extract import load
-    from tlm.graph.importer import check_source
+    from tlm.graph.sources import check_source
     from tlm.graph.target import resolve_target
     from tlm.search.base import TuneConfig
 

@@ -120,18 +120,6 @@ def import_onnx(path: str, conv_layout: str | None = None) -> ImportedModel:
     return ImportedModel(path, prepare(mod, conv_layout=conv_layout), inputs, reference, onnx_path=path)
 
 
-def check_source(source: str) -> None:
-    """TlmError unless `source` names a zoo workload or an existing .onnx file (cheap: nothing built),
-    so a command says what is wrong with its first argument before it checks the others."""
-    if source.endswith(".onnx") or os.path.exists(source):
-        if not os.path.isfile(source):
-            raise TlmError(f"no such ONNX file: {source}")
-        return
-    from tlm.graph.zoo import get_workload
-
-    get_workload(source)
-
-
 def import_source(source: str, conv_layout: str | None = None) -> ImportedModel:
     """A zoo workload name (or family name) or a path to an .onnx file."""
     if source.endswith(".onnx") or os.path.exists(source):
