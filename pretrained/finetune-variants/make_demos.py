@@ -6,17 +6,16 @@ work/gpu-s25/*.jsonl` (what travels to the GPU machine is 64 MiB at most), and `
 pretrained/finetune-variants/run.sh` there (device run, carry work/gpu-s25)."""
 import os
 os.makedirs("work/gpu-s25", exist_ok=True)
-import json, sys, time
+import json, time
 from tlm.graph.tasks import Task
 from tlm.measure.database import open_db
-from tlm.model.demos import demo_records, other_targets, write_demos
-from tlm.graph.target import resolve_target
+from tlm.model.demos import every_target_demos, write_demos
 
 W = "work/collect-llvm-znver3-2c-train-set"
 t0 = time.time()
 tasks = [Task.from_json(t) for t in json.load(open(W + "/tasks.json"))]
-T3 = resolve_target({"kind": "llvm", "num-cores": 2, "mtriple": "x86_64-unknown-linux-gnu", "mcpu": "znver3"})
+T3 = {"kind": "llvm", "num-cores": 2, "mtriple": "x86_64-unknown-linux-gnu", "mcpu": "znver3"}
 with open_db(W + "/db", create=False) as db:
-    out = [d for t in [T3, *other_targets(db, T3)] for d in demo_records(db, tasks, t, 8, 4.0)]
+    out, counts = every_target_demos(db, tasks, T3, 8, speed_power=4.0)
 write_demos(out, "work/gpu-s25/best8s.jsonl")
-print(len(out), "demonstrations, weights sum", sum(d.weight for d in out), f"{time.time() - t0:.0f} s")
+print(len(out), "demonstrations", counts, "weights sum", sum(d.weight for d in out), f"{time.time() - t0:.0f} s")

@@ -144,14 +144,15 @@ def other_targets(db, target) -> list:
     return out
 
 
-def every_target_demos(db, tasks, target, per_task: int = 1) -> tuple[list[Demo], dict[str, int]]:
+def every_target_demos(db, tasks, target, per_task: int = 1,
+                       speed_power: float = 0.0) -> tuple[list[Demo], dict[str, int]]:
     """Demonstrations of `tasks` on `target` and on every other target of the same kind in the
-    database (each prompt names its own CPU); and how many came from each target key."""
+    database (each prompt names its own CPU; see demo_records); and how many came from each target key."""
     info = resolve_target(target)
-    out = demo_records(db, tasks, info, per_task)
+    out = demo_records(db, tasks, info, per_task, speed_power)
     counts = {info.key: len(out)}
     for other in other_targets(db, info):
-        got = demo_records(db, tasks, other, per_task)
+        got = demo_records(db, tasks, other, per_task, speed_power)
         out += got
         counts[other.key] = len(got)
     return out, counts
