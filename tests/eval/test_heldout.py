@@ -112,6 +112,43 @@ def test_rows_report_and_targets_from_databases(tmp_path):
     assert len(list(shards.rglob("*.jsonl.xz"))) == len(lat)  # nothing new: no new shard
 
 
+def test_retimed_latencies_replace_the_tuning_time_ones_task_by_task(tmp_path):
+    """A task whose winners were all re-timed together reports the re-timed latencies (the
+    tuning-time ones kept as tuned_us); a task with a winner missing from retimed.csv (a new
+    model since) keeps its tuning-time latencies; the report says which and shows both."""
+    from tlm.eval.retime import FIELDS, apply_retimed, read_retimed
+
+    a, b = fake_task("fused_matmul", "matmul"), fake_task("softmax", "softmax")
+    root = tmp_path / "dbs"
+    lat = {"tlm@10": (100, 20), "metaschedule": (200, 30)}
+    for name, per in lat.items():
+        with open_db(str(root / name)) as db:
+            for t, x in zip((a, b), per):  # a distinct trace per program; MS: 63 slower ones after its best
+                for i, us in enumerate([x] + ([900] * 63 if name == "metaschedule" else [])):
+                    db.add_record(t, "key", [["Sample", name, t.name, i]], [us * 1e-6], proposer=name.split("@")[0])
+    rows = heldout_rows([("bert_base", a), ("gpt2", b)], str(root), "key", [10], [64])
+    prog = {(r["hash"], r["method"]): r["program"] for r in rows}
+    assert len({v for (_, m), v in prog.items() if m != "random"}) == 4
+    assert prog[(a.hash, "random")] == ""  # no program: nothing to re-time
+    path = tmp_path / "retimed.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS)
+        w.writeheader()
+        for h, method, us in ((a.hash, "tlm", 150), (a.hash, "metaschedule", 180), (b.hash, "tlm", 25)):
+            w.writerow({"task": "x", "hash": h, "program": prog[(h, method)], "contenders": method, "retimed_us": us,
+                        "error": "", "rounds": 3, "timed": "now"})
+    assert len(read_retimed(path)) == 3
+    assert apply_retimed(rows, path) == 1
+    by = {(r["hash"], r["method"]): r for r in rows}
+    assert by[(a.hash, "tlm")]["best_us"] == 150 and by[(a.hash, "tlm")]["tuned_us"] == pytest.approx(100)
+    assert by[(a.hash, "metaschedule")]["best_us"] == 180 and by[(a.hash, "tlm")]["retimed"] == 1
+    assert by[(b.hash, "tlm")]["best_us"] == pytest.approx(20) and by[(b.hash, "tlm")]["retimed"] == 0
+    text = "\n".join(report_lines([{k: "" if v is None else str(v) for k, v in r.items()} for r in rows]))
+    assert "Latencies of 1 of the 2 tasks are re-timed" in text and "as tuned, summed" in text
+    # TLM@10 vs MS@64: re-timed (180 + 30) / (150 + 20); as tuned (200 + 30) / (100 + 20)
+    assert "| TLM@10 vs MS@64 | >= 1 | 1.24 | 2 | met | " in text and "| 1.92 |" in text
+
+
 def test_a_run_extends_to_larger_ks_but_never_changes_its_own(tmp_path):
     from tlm.errors import TlmError
     from tlm.eval.suites import EvalConfig
@@ -154,3 +191,16 @@ def test_run_heldout_on_a_tiny_task(tmp_path, host, matmul32):
     for name, n in counts.items():
         with open_db(f"{root}/{name}") as db:
             assert db.count(matmul32.hash, host.key) == n  # resumed: nothing measured twice
+
+    # The winners, timed again together: one row per distinct program, then nothing to do.
+    from tlm.eval.retime import apply_retimed, read_retimed, retime
+
+    path = tmp_path / "retimed.csv"
+    n = retime(picked, root, host, [0, 1, 2], [1, 3], path, rounds=2, measure_config=cfg.measure,
+               log=lambda *_: None)
+    assert n == len({r["program"] for r in rows}) == len(read_retimed(path))
+    assert all(float(r["retimed_us"]) > 0 and r["rounds"] == "2" for r in read_retimed(path).values())
+    assert retime(picked, root, host, [0, 1, 2], [1, 3], path, rounds=2, measure_config=cfg.measure,
+                  log=lambda *_: None) == 0
+    rows = heldout_rows(picked, root, host.key, [0, 1, 2], [1, 3])
+    assert apply_retimed(rows, path) == 1 and all(r["retimed"] == 1 and r["best_us"] > 0 for r in rows)

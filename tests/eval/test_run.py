@@ -56,7 +56,10 @@ def test_quick_and_full_plans(tmp_path):
     assert [s.id for s in steps if s.kind in ("subgraph", "heldout")] == ["heldout"]
     # The held-out benchmark alone: 20 tasks x (TLM@0 1 + TLM@1,10,32 + random 32 + MetaSchedule 256).
     held = build_plan(EvalConfig.for_suite("heldout", str(tmp_path)))
-    assert [s.id for s in held] == ["peak", "heldout", "generator"]
+    assert [s.id for s in held] == ["peak", "heldout", "heldout-retime", "generator"]
+    assert held[2].deps == ["heldout"] and held[2].measurements == 0  # timings again: no new program
+    assert "heldout-retime" not in [s.id for s in build_plan(EvalConfig.for_suite(
+        "heldout", str(tmp_path), heldout_retime_rounds=0))]
     assert held[1].measurements == 20 * (1 + 1 + 10 + 32 + 32 + 256)
     with pytest.raises(TlmError):
         EvalConfig.for_suite("quick", str(tmp_path), ms_budget="4g")  # subgraph k 10 > 4 per task
@@ -219,6 +222,8 @@ def test_cli_dry_run(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "--out results/heldout-llvm-" in out and "heldout" in out and f"{20 * (1 + 1 + 1 + 4)}" in out
     assert main(["eval", "--suite", "heldout", "--heldout-ms-ks", "0", "--dry-run"]) == 2
+    assert main(["eval", "--suite", "heldout", "--heldout-retime-rounds", "-1", "--dry-run"]) == 2
+    assert "--heldout-retime-rounds must be >= 0" in capsys.readouterr().err
     assert main(["eval", "--suite", "heldout", "--heldout-generator", str(tmp_path), "--dry-run"]) == 2
     assert "--heldout-generator" in capsys.readouterr().err
 

@@ -208,6 +208,19 @@ def test_timing_budget_cuts_repeats_of_slow_programs(host, matmul32):
         assert len(res.latencies_s) == want
 
 
+def test_rounds_time_every_program_in_turn(host, matmul32):
+    """With `rounds`, every program of the batch is timed that many times (`repeat` readings
+    each), the best few get no extra re-timing, and a wrong program stays an error."""
+    from tvm.s_tir import Schedule
+
+    cands = [Candidate(matmul32, schedule=s, proposer="random") for s in _random_schedules(matmul32, host, 2)]
+    cands.append(Candidate(matmul32, schedule=Schedule(_wrong_matmul()), proposer="test"))
+    with Measurer(host, MeasureConfig(repeat=2, min_repeat_ms=1, remeasure_top=2, rounds=3)) as m:
+        got = m.measure(cands)
+    assert [len(r.latencies_s) for r in got[:2]] == [6, 6] and got[0].ok and got[1].ok
+    assert got[2].error.startswith("WrongResult")
+
+
 def test_slow_factor_skips_timing_far_from_the_best(host, matmul32):
     """With a slow factor and a task best it is far slower than, a program's checked run is its
     one reading; near the best (or without a known best) it is timed `repeat` times; a wrong

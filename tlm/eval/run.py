@@ -7,7 +7,8 @@ one database, sqlite-backed-up after each budget (OUT/dbs/W/tlm@B), a JSON log p
 (OUT/logs); e2e (every snapshot compiled, timed interleaved with PyTorch and ONNX Runtime);
 subgraph (one task per type tuned alone by TLM; "MS after k" from MetaSchedule's records in
 measurement order); heldout (tlm.eval.heldout: 20 held-out tasks, each tuned alone by TLM@k,
-random@k and MetaSchedule@k); generator cost. The plan is tlm.eval.suites; tlm.eval.tables then writes
+random@k and MetaSchedule@k); heldout-retime (tlm.eval.retime: each held-out task's winners timed
+again together, in interleaved rounds); generator cost. The plan is tlm.eval.suites; tlm.eval.tables then writes
 the CSVs and tlm.eval.report summary.md and the PNGs.
 """
 
@@ -128,6 +129,18 @@ class Runner:
 
         dbs = [os.path.join(root, name) for name, _, _ in contenders(cfg.heldout_tlm_ks, cfg.heldout_ms_ks, tag)]
         self._logged(st, run, dbs, None)
+
+    def _retime(self, st: Step) -> None:
+        from tlm.eval.retime import retime
+
+        cfg = self.cfg
+
+        def run():
+            with self.heldout_dbs():
+                retime(self.heldout(), os.path.join(cfg.out, "dbs", "heldout"), self.target, cfg.heldout_tlm_ks,
+                       cfg.heldout_ms_ks, Path(cfg.out) / "heldout" / "retimed.csv", cfg.heldout_retime_rounds,
+                       self.heldout_tlm()[1], self.heldout_tlm()[0].measure)
+        self._logged(st, run, None, None)
 
     def _logged(self, st: Step, fn, db: str | None, proposer: str | None) -> None:
         """Run fn, then write the step's JSON log (measurements added, wall seconds; the time of
@@ -328,6 +341,9 @@ def evaluate(cfg: EvalConfig, dry_run: bool = False, runner=None, log=print, rep
             with runner.heldout_dbs():
                 rows = heldout_rows(picked, os.path.join(cfg.out, "dbs", "heldout"), runner.target.key,
                                     cfg.heldout_tlm_ks, cfg.heldout_ms_ks, cfg.heldout_model)
+            from tlm.eval.retime import apply_retimed
+
+            apply_retimed(rows, Path(cfg.out) / "heldout" / "retimed.csv")
             write_csv(os.path.join(cfg.out, "heldout.csv"), rows)
     write_report(cfg.out)
     bad = [k for k, v in status.items() if v in ("failed", "blocked")]
@@ -338,8 +354,8 @@ def evaluate(cfg: EvalConfig, dry_run: bool = False, runner=None, log=print, rep
 def _cmd_eval(args: argparse.Namespace) -> int:
     if any(k < 0 for k in (args.heldout_ks or []) + (args.heldout_ms_ks or [])) or (args.heldout_tasks or 0) < 0:
         raise TlmError("--heldout-tasks and the held-out k values must be >= 0")
-    if (args.heldout_adapt_trees or 0) < 0:
-        raise TlmError("--heldout-adapt-trees must be >= 0")
+    if (args.heldout_adapt_trees or 0) < 0 or (args.heldout_retime_rounds or 0) < 0:
+        raise TlmError("--heldout-adapt-trees and --heldout-retime-rounds must be >= 0")
     if args.heldout_ms_ks is not None and 0 in args.heldout_ms_ks:
         raise TlmError("--heldout-ms-ks: MetaSchedule@0 does not exist (k >= 1)")
     if args.heldout_generator and not (Path(args.heldout_generator) / "model.safetensors").is_file():
@@ -354,6 +370,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                                          heldout_tasks=args.heldout_tasks, heldout_tlm_ks=args.heldout_ks,
                                          heldout_ms_ks=args.heldout_ms_ks,
                                          heldout_adapt_trees=args.heldout_adapt_trees,
+                                         heldout_retime_rounds=args.heldout_retime_rounds,
                                          heldout_generator=args.heldout_generator), args.dry_run,
                     report_only=args.report_only)
 
@@ -374,6 +391,9 @@ def register_cli(sub) -> None:
     p.add_argument("--heldout-adapt-trees", type=int, default=None,
                    help="held-out benchmark: the TLM tuner's online cost model update, in trees (default "
                         "TuneConfig.cm_adapt_trees; 0: off); part of TLM's database key")
+    p.add_argument("--heldout-retime-rounds", type=int, default=None,
+                   help="held-out benchmark: after the tuning, each task's winners are timed again together "
+                        "in this many interleaved rounds, the report's latencies (default 3; 0: off)")
     p.add_argument("--heldout-generator", default="",
                    help="held-out benchmark: TLM's model directory (default: the shipped model); its "
                         "weights are part of TLM's database key, so a candidate is measured beside the shipped one")

@@ -56,6 +56,9 @@ class EvalConfig:
     heldout_model: str = ""  # the held-out TLM model's tag (set by `evaluate`): a new model is measured anew
     # the held-out TLM tuner's online cost model update (TuneConfig.cm_adapt_trees; None: its default)
     heldout_adapt_trees: int | None = None
+    # after the tuning, each held-out task's winners are timed together in this many interleaved
+    # rounds (tlm.eval.retime; 0: off, the report keeps the tuning-time latencies)
+    heldout_retime_rounds: int = 3
     # the held-out TLM's generator: a model directory ("": the shipped model for the target), so a
     # candidate is measured beside the shipped one (its tag keys its records) before it is shipped
     heldout_generator: str = ""
@@ -112,7 +115,7 @@ def slug(text: str) -> str:
 @dataclass
 class Step:
     id: str
-    kind: str  # peak | tune | subgraph | heldout | generator | e2e
+    kind: str  # peak | tune | subgraph | heldout | retime | generator | e2e
     outputs: list[str]
     workload: str | None = None
     method: str | None = None  # metaschedule | tlm
@@ -173,6 +176,9 @@ def build_plan(cfg: EvalConfig, task_counts: dict[str, int] | None = None,
         ks += f"_model-{cfg.heldout_model}" if cfg.heldout_model else ""
         steps.append(Step("heldout", "heldout", [log_path(cfg, f"heldout_{ks}")], measurements=planned_measurements(
             cfg.heldout_tasks, cfg.heldout_tlm_ks, cfg.heldout_ms_ks)))
+        if cfg.heldout_retime_rounds:  # timings again, no new program: no measurement counted
+            steps.append(Step("heldout-retime", "retime", [log_path(cfg, f"heldout-retime_{ks}")], deps=["heldout"],
+                              measurements=0))
     steps.append(Step("generator", "generator", [os.path.join(out, "generator.csv")], measurements=0))
     return steps
 

@@ -49,6 +49,9 @@ class MeasureConfig:
     reference_timeout_s: float = 600.0  # the untuned program's build and run (naive 3-D convs: ~1 min)
     builder_workers: int | None = None  # default: the target's cores
     remeasure_top: int = 2  # the best few of a batch are timed again
+    # > 1: every program of the batch is timed this many times in turn (interleaved rounds: a
+    # drift of the machine between rounds hits every program alike); replaces remeasure_top
+    rounds: int = 1
     # > 0: a program whose checked (untimed) run took t ms gets floor(budget / t) timed repeats
     # (at most `repeat`), and none when t >= budget (that run is its one reading; not for
     # pre-packed programs): slow programs, far from the best, cost ~budget, not 5 runs.
@@ -298,9 +301,14 @@ class Measurer:
                 self._run_limited(results, run_idx, run_inputs, dict(best_s or {}))
             else:
                 self._run(results, run_idx, run_inputs)
+            for r in range(1, self.config.rounds):  # each round starts one program later
+                ok = [k for k in range(len(run_idx)) if results[run_idx[k]].ok]
+                ok = ok[r % len(ok):] + ok[:r % len(ok)] if ok else ok
+                self._run(results, [run_idx[k] for k in ok], [run_inputs[k] for k in ok], extend=True)
             # Re-time the best few: one noisy low reading should not decide the winner.
             ok = sorted((k for k in range(len(run_idx)) if results[run_idx[k]].ok),
                         key=lambda k: results[run_idx[k]].median_s)[: self.config.remeasure_top]
+            ok = ok if self.config.rounds <= 1 else []
             if ok:
                 for k in ok:
                     write_limit(str(run_inputs[k].artifact_path), 0.0)  # the best are always timed
