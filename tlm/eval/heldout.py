@@ -18,7 +18,9 @@ Contenders, each tuning every task alone, each in its own database (OUT/dbs/held
 - random@k and MetaSchedule@k: the best of the first k records, in measurement order, of one
   run at the largest k (`tlm tune --tuner random|metaschedule`).
 Every program is built, checked against the reference and timed by the same measurer.
-OUT/heldout.csv holds one row per (task, contender, k). The records are kept in git as shards
+OUT/heldout.csv holds one row per (task, contender, k): its best program's latency, re-timed
+together with the task's other winners after the tuning (tlm.eval.retime), and as timed while
+tuning (`tuned_us`). The records are kept in git as shards
 (OUT/heldout/records, `persisted`): a run resumes from a fresh clone on the same hardware, and
 larger ks extend a finished run (TLM@k: a new database; random and MetaSchedule continue theirs,
 so their first k records stay the same).
