@@ -28,7 +28,9 @@ sys.path.insert(0, str(ROOT))
 
 def _timings(run: Path) -> dict[tuple[str, str], list[dict]]:
     """{(task hash, program id): [{db, created, median_us, within}]} over the run's databases."""
-    import hashlib
+    from types import SimpleNamespace
+
+    from tlm.eval.heldout import program_id
 
     out: dict[tuple[str, str], list[dict]] = {}
     for db in sorted((run / "dbs" / "heldout").rglob("records.sqlite")):
@@ -38,8 +40,7 @@ def _timings(run: Path) -> dict[tuple[str, str], list[dict]]:
         for h, sent, trace, lat, med, created in con.execute(
                 "SELECT task_hash, sentence, trace_json, latencies_json, median_s, created FROM records "
                 "WHERE error IS NULL AND median_s IS NOT NULL"):
-            text = sent or json.dumps(json.loads(trace), sort_keys=True)  # as tlm.eval.heldout.program_id
-            pid = hashlib.sha256(text.encode()).hexdigest()[:16]
+            pid = program_id(SimpleNamespace(sentence=sent, trace_json=json.loads(trace) if trace else None))
             first = json.loads(lat)[:5]
             out.setdefault((h, pid), []).append({"db": name, "created": created, "median_us": med * 1e6,
                                                  "within": max(first) / min(first)})

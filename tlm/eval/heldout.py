@@ -188,6 +188,7 @@ def winners(picked: list[tuple[str, Any]], db_root: str, target_key: str, tlm_ks
     first k records of their one run. The TLM contenders of the models other than `model` found
     in DB_ROOT/model-*/ follow, as method "tlm[TAG]". `traces`: give every record its trace
     (recovered from its sentence when restored from shards)."""
+    from tlm.eval.tables import best_records_after_k
     from tlm.measure.database import open_db
 
     out: dict[tuple[str, str, int], Any] = {}
@@ -201,10 +202,7 @@ def winners(picked: list[tuple[str, Any]], db_root: str, target_key: str, tlm_ks
                 elif tuner.startswith("tlm"):
                     got = {ks[0]: db.best(t.hash, target_key)}
                 else:
-                    recs = db.records(t.hash, target_key, tuner)
-                    got = {k: None if len(recs) < k else min(
-                        (r for r in recs[:k] if r.error is None and r.median_s is not None),
-                        key=lambda r: r.median_s, default=None) for k in ks}
+                    got = best_records_after_k(db, t.hash, target_key, tuner, ks, reached=True)
                 for k, rec in got.items():
                     if traces and rec is not None:
                         rec.trace_json = db.trace_of(rec, t)

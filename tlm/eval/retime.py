@@ -58,18 +58,17 @@ def retime(picked: list[tuple[str, Any]], db_root: str, target, tlm_ks: list[int
     path.parent.mkdir(parents=True, exist_ok=True)
     done = read_retimed(path)
     wins = winners(picked, db_root, target.key, tlm_ks, ms_ks, model, traces=True)
-    todo = []
-    for w, t in picked:
-        progs: dict[str, tuple[Any, list[str]]] = {}  # program_id -> (record, the contenders it won for)
-        for (h, method, k), rec in wins.items():
-            if h == t.hash and rec is not None and rec.trace_json is not None:
-                progs.setdefault(program_id(rec), (rec, []))[1].append(f"{method}@{k}")
-        if progs and any((t.hash, p) not in done for p in progs):
-            todo.append((t, progs))
+    by_task: dict[str, dict[str, tuple[Any, list[str]]]] = {}  # hash -> program_id -> (record, contenders)
+    for (h, method, k), rec in wins.items():
+        if rec is not None and rec.trace_json is not None:
+            by_task.setdefault(h, {}).setdefault(program_id(rec), (rec, []))[1].append(f"{method}@{k}")
+    todo = [(t, by_task[t.hash]) for _, t in picked
+            if any((t.hash, p) not in done for p in by_task.get(t.hash, {}))]
     if not todo:
         return 0
     measurer = Measurer(target, replace(measure_config or MeasureConfig(), rounds=rounds))
-    kept = [r for r in done.values() if r["hash"] not in {t.hash for t, _ in todo}]
+    again = {t.hash for t, _ in todo}
+    kept = [r for r in done.values() if r["hash"] not in again]
     timed = 0
     try:
         for i, (t, progs) in enumerate(todo):

@@ -133,13 +133,13 @@ class Runner:
     def _retime(self, st: Step) -> None:
         from tlm.eval.retime import retime
 
-        cfg = self.cfg
+        cfg, (tc, tag) = self.cfg, self.heldout_tlm()
 
         def run():
             with self.heldout_dbs():
                 retime(self.heldout(), os.path.join(cfg.out, "dbs", "heldout"), self.target, cfg.heldout_tlm_ks,
                        cfg.heldout_ms_ks, Path(cfg.out) / "heldout" / "retimed.csv", cfg.heldout_retime_rounds,
-                       self.heldout_tlm()[1], self.heldout_tlm()[0].measure)
+                       tag, tc.measure)
         self._logged(st, run, None, None)
 
     def _logged(self, st: Step, fn, db: str | None, proposer: str | None) -> None:

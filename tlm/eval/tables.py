@@ -13,19 +13,21 @@ from typing import Any
 
 
 # ---------------------------------------------------------------------- reading records
+def best_records_after_k(db, task_hash: str, target_key: str, proposer: str, ks: list[int],
+                         reached: bool = False) -> dict:
+    """The best correct Record among the first k records of a proposer, in measurement order (None:
+    no correct one). `reached`: None for a k beyond the records (a run not that far yet)."""
+    recs = db.records(task_hash, target_key, proposer)
+    return {k: None if reached and len(recs) < k else min(
+        (r for r in recs[:k] if r.error is None and r.median_s is not None), key=lambda r: r.median_s, default=None)
+        for k in ks}
+
+
 def best_after_k(db, task_hash: str, target_key: str, proposer: str, ks: list[int],
                  reached: bool = False) -> dict[int, float | None]:
-    """Best correct latency (s) among the first k records of a proposer, in measurement order.
-    `reached`: None for a k beyond the records (a run not that far yet, e.g. interrupted)."""
-    lat = [r.median_s if r.error is None else None for r in db.records(task_hash, target_key, proposer)]
-    out: dict[int, float | None] = {}
-    for k in ks:
-        if reached and len(lat) < k:
-            out[k] = None
-            continue
-        ok = [x for x in lat[:k] if x is not None]
-        out[k] = min(ok) if ok else None
-    return out
+    """Best correct latency (s) among the first k records of a proposer (best_records_after_k)."""
+    return {k: None if r is None else r.median_s
+            for k, r in best_records_after_k(db, task_hash, target_key, proposer, ks, reached).items()}
 
 
 def k_to_reach(db, task_hash: str, target_key: str, proposer: str, goal_s: float | None) -> int | None:
