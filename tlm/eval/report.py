@@ -1,7 +1,7 @@
 """The report of `tlm eval`: OUT/summary.md (the paper's tables) and the PNGs (tlm.eval.plots).
 
 Reads OUT/{config.json, peak.json, subgraph.csv, heldout.csv, e2e.csv, cost.csv, efficiency.csv,
-generator.csv} (written by tlm.eval.tables); any of them may be missing (a partial run), its
+generator.csv, corpus.csv} (written by tlm.eval.tables); any of them may be missing (a partial run), its
 section then says so.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tlm.eval.corpus import corpus_lines, e2e_target_lines
 from tlm.eval.tables import fmt, num, read_csv, table
 
 
@@ -128,6 +129,7 @@ def _e2e_sections(e2e: list[dict[str, str]], cost: list[dict[str, str]], eff: li
             lines += ["", "(!) the compiled model's output did not match PyTorch."]
         else:
             lines += ["", "Every compiled model's output matched PyTorch's on the same inputs."]
+        lines += e2e_target_lines(e2e)
     else:
         lines += ["(no end-to-end results yet)"]
 
@@ -215,6 +217,8 @@ def write_report(out_dir: str) -> str:
                          fmt(r["passes_per_program"], 1), fmt(r["ms_per_program"], 1)] for r in gen])
     else:
         lines += ["(no generator results yet)"]
+    if cfg.get("corpus"):
+        lines += corpus_lines(read_csv(out / "corpus.csv"), out)
 
     from tlm.eval.plots import plot_e2e, plot_efficiency, plot_subgraph
 

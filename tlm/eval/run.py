@@ -23,12 +23,13 @@ import statistics
 import time
 from contextlib import ExitStack, closing
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tlm.errors import TlmError
 from tlm.eval.suites import (EvalConfig, SUITES, Step, build_plan, db_dir, describe_plan, log_path, run_plan,
                              workload_dbs)
 from tlm.eval.tables import representatives, write_csv, write_tables
+from tlm.eval.timing import interleaved, reference_runners  # noqa: F401 - benches import them from here
 
 
 def snapshot(src_dir: str, dst_dir: str) -> None:
@@ -268,42 +269,6 @@ class Runner:
         Path(st.outputs[0]).write_text(json.dumps({"workload": w, "rows": rows, "times_ms": times}, indent=1))
 
 
-def reference_runners(imported, threads: int) -> tuple[dict[str, Callable], str | None]:
-    """What a user would run instead, on the model's example inputs: {"pytorch": eager,
-    "onnxruntime": a session on `threads`} (each where it can be had), and why ONNX Runtime is
-    missing (None when it is there)."""
-    from tlm.compiler.build import onnxruntime_runner
-
-    fns: dict[str, Callable] = {}
-    if imported.torch_module is not None:
-        mod, ex = imported.torch_module.eval(), imported.example_inputs
-        fns["pytorch"] = lambda: mod(*ex)
-    try:
-        run, note = onnxruntime_runner(imported, threads)
-    except Exception as err:  # noqa: BLE001 - a missing ORT figure is reported, not fatal
-        run, note = None, f"{type(err).__name__}: {err}"
-    if run is not None:
-        fns["onnxruntime"] = run
-    return fns, note
-
-
-def interleaved(fns: dict[str, Callable], rounds: int, min_ms: float = 200.0) -> dict[str, list[float]]:
-    """ms per call of every contender, once per round, contenders interleaved within a round."""
-    import torch
-
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    with torch.no_grad():
-        [fn() for fn in fns.values()]  # warm-up
-        for _ in range(max(1, rounds)):
-            for k, fn in fns.items():
-                n, t0 = 0, time.perf_counter()
-                while (el := time.perf_counter() - t0) * 1e3 < min_ms or n == 0:
-                    fn()
-                    n += 1
-                times[k].append(el * 1e3 / n)
-    return times
-
-
 def evaluate(cfg: EvalConfig, dry_run: bool = False, runner=None, log=print, report_only: bool = False) -> int:
     """Run (or with dry_run print) the plan, then write the tables and the report (report_only:
     from what is measured so far, measuring nothing)."""
@@ -337,7 +302,8 @@ def evaluate(cfg: EvalConfig, dry_run: bool = False, runner=None, log=print, rep
     if isinstance(runner, Runner):
         from tlm.eval.heldout import heldout_rows
 
-        if cfg.heldout_tasks and (picked := runner.heldout()):
+        picked = runner.heldout() if cfg.heldout_tasks else []
+        if picked:
             with runner.heldout_dbs():
                 rows = heldout_rows(picked, os.path.join(cfg.out, "dbs", "heldout"), runner.target.key,
                                     cfg.heldout_tlm_ks, cfg.heldout_ms_ks, cfg.heldout_model)
@@ -345,6 +311,12 @@ def evaluate(cfg: EvalConfig, dry_run: bool = False, runner=None, log=print, rep
 
             apply_retimed(rows, Path(cfg.out) / "heldout" / "retimed.csv")
             write_csv(os.path.join(cfg.out, "heldout.csv"), rows)
+        if cfg.corpus:  # the corpus as committed now, and none of the evaluated tasks in it
+            from tlm.eval.corpus import write_corpus_table
+            from tlm.model.lm import repo_root
+
+            write_corpus_table(cfg.out, repo_root() / "data" / "corpus", {t.hash for _, t in picked} | {
+                t.hash for w in (cfg.workloads if cfg.e2e else []) for t in runner.tasks(w)})
     write_report(cfg.out)
     bad = [k for k, v in status.items() if v in ("failed", "blocked")]
     log(f"[eval] report: {os.path.join(cfg.out, 'summary.md')}" + (f"; failed/blocked: {bad}" if bad else ""))

@@ -28,10 +28,11 @@ SUITES = {
     # Issue 15's evaluation: end to end TLM@{0,1g,10g,32g} against MetaSchedule@64g on six test
     # workloads, and the held-out subgraph benchmark (tlm.eval.heldout) on 20 of their tasks.
     "full": dict(workloads=["bert_base", "gpt2", "resnet_50", "mobilenet_v2", "bert_tiny", "dcgan"],
-                 ms_budget="64g", tlm_budgets=["0", "1g", "10g", "32g"], subgraph_ks=[], heldout_tasks=20),
+                 ms_budget="64g", tlm_budgets=["0", "1g", "10g", "32g"], subgraph_ks=[], heldout_tasks=20,
+                 corpus=True),
     # The held-out subgraph benchmark alone (no end-to-end steps): about 6,600 measurements.
     "heldout": dict(workloads=["bert_base", "gpt2", "resnet_50", "mobilenet_v2", "bert_tiny", "dcgan"],
-                    ms_budget="64g", tlm_budgets=[], subgraph_ks=[], heldout_tasks=20, e2e=False),
+                    ms_budget="64g", tlm_budgets=[], subgraph_ks=[], heldout_tasks=20, e2e=False, corpus=True),
 }
 COMPUTE_KINDS = ("conv1d", "conv2d", "conv3d", "conv2d_transpose", "conv3d_transpose", "matmul", "batch_matmul",
                  "dense")
@@ -62,6 +63,8 @@ class EvalConfig:
     # the held-out TLM's generator: a model directory ("": the shipped model for the target), so a
     # candidate is measured beside the shipped one (its tag keys its records) before it is shipped
     heldout_generator: str = ""
+    # the report's corpus section (tlm.eval.corpus): data/corpus read again whenever the tables are written
+    corpus: bool = False
 
     @classmethod
     def for_suite(cls, suite: str, out: str, workloads: list[str] | None = None, **kw) -> EvalConfig:

@@ -78,11 +78,13 @@ def curve(hardware: str, weights: dict[str, float], records: list[dict[str, Any]
     return c
 
 
-def write_curves(corpus: str | os.PathLike, out: str | os.PathLike, step: int = 500) -> list[Curve]:
-    """DIR/convergence-<hardware>.csv for every hardware and DIR/convergence.png; returns the curves."""
+def write_curves(corpus: str | os.PathLike, out: str | os.PathLike, step: int = 500,
+                 data: dict[str, tuple[dict[str, float], list[dict[str, Any]]]] | None = None) -> list[Curve]:
+    """DIR/convergence-<hardware>.csv for every hardware and DIR/convergence.png; returns the curves.
+    `data`: the corpus as `corpus_records` read it (read here when None)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    data = corpus_records(corpus)
+    data = corpus_records(corpus) if data is None else data
     # A first pass covers every task the corpus measured on any hardware (the training tasks;
     # a new CPU has not finished its first pass while it lacks one of them).
     universe = {r["t"] for _, recs in data.values() for r in recs}
