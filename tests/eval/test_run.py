@@ -345,3 +345,46 @@ def test_snapshot_is_a_database_of_its_own(tmp_path):
     snapshot(str(tmp_path / "live"), str(tmp_path / "snap"))
     with open_db(str(tmp_path / "snap")) as snap:
         assert flush(snap, tmp_path / "shards-snap").records == 2
+
+
+def test_new_models_retire_the_end_to_end_tlm(tmp_path):
+    """A run resumed with other models (generator or cost model, `model_tag`) moves TLM's results to
+    OUT/retired/TAG, then tunes and times TLM again; MetaSchedule's tuning stays. A report alone
+    changes nothing."""
+    cfg = EvalConfig.for_suite("quick", str(tmp_path), workloads=["w1"], subgraph_ks=[])
+    ran = []
+
+    class Fake:  # stands in for the Runner: writes each step's outputs; its models' tag can change
+        tag = "m1"
+
+        def e2e_model(self):
+            return self.tag
+
+        def __call__(self, st):
+            ran.append(st.id)
+            for p in st.outputs:
+                os.makedirs(os.path.dirname(p), exist_ok=True)
+                if p.endswith((".json", ".csv")):
+                    open(p, "w").write("{}")
+                else:
+                    os.makedirs(p, exist_ok=True)
+
+    fake, quiet = Fake(), (lambda *_: None)
+    os.makedirs(tmp_path / "dbs" / "heldout" / "model-m1" / "tlm@0")  # keyed by its own tag: never retired
+    assert evaluate(cfg, runner=fake, log=quiet) == 0
+    assert json.load(open(tmp_path / "config.json"))["e2e_model"] == "m1"
+    assert "`m1`" in (tmp_path / "summary.md").read_text()
+    ran.clear()
+    assert evaluate(cfg, runner=fake, log=quiet) == 0 and not ran  # same models: all done
+    fake.tag, logs = "m2", []
+    assert evaluate(cfg, runner=fake, log=logs.append) == 0
+    assert ran == ["tune:w1:tlm@0", "tune:w1:tlm@1g", "tune:w1:tlm@10g", "e2e:w1", "generator"]
+    retired = tmp_path / "retired" / "m1"
+    assert (retired / "logs" / "tune_w1_tlm@10g.json").is_file() and (retired / "dbs" / "w1" / "tlm@1g").is_dir()
+    assert (retired / "e2e" / "w1.json").is_file() and not (retired / "logs" / "tune_w1_metaschedule@16g.json").exists()
+    assert (tmp_path / "dbs" / "heldout" / "model-m1" / "tlm@0").is_dir()
+    assert any("moved to" in line and "`m1`" in line for line in logs)
+    fake.tag = "m3"
+    ran.clear()
+    assert evaluate(cfg, runner=fake, log=quiet, report_only=True) == 0 and not ran
+    assert json.load(open(tmp_path / "config.json"))["e2e_model"] == "m2"

@@ -188,6 +188,9 @@ def write_report(out_dir: str) -> str:
         lines += [f"Held-out subgraph benchmark only: {cfg.get('heldout_tasks')} tasks of "
                   f"{', '.join(cfg.get('workloads', []))}; TLM@{cfg.get('heldout_tlm_ks')}, random at the same k > 0, "
                   f"MetaSchedule@{cfg.get('heldout_ms_ks')}.", ""]
+    if cfg.get("e2e_model") and cfg.get("e2e", True):
+        lines += [f"End-to-end TLM: the shipped fine-tuned model and cost model of digest `{cfg['e2e_model']}` "
+                  "(`tlm.eval.heldout.model_tag`); results of earlier models, if any, are under `retired/`.", ""]
     if peak:
         lines += [f"Machine FP32 peak (torch.mm {peak['n']}^3, {peak['threads']} threads): "
                   f"{peak['gflops']:.1f} GFLOPS ({peak.get('cpu', '')}).", ""]

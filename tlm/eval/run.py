@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from tlm.errors import TlmError
-from tlm.eval.suites import (EvalConfig, SUITES, Step, build_plan, db_dir, describe_plan, log_path, run_plan,
-                             workload_dbs)
+from tlm.eval.suites import (EvalConfig, SUITES, Step, build_plan, db_dir, describe_plan, log_path, retire_tlm,
+                             run_plan, tlm_results, workload_dbs)
 from tlm.eval.tables import representatives, write_csv, write_tables
 from tlm.eval.timing import interleaved, reference_runners  # noqa: F401 - benches import them from here
 
@@ -106,6 +106,17 @@ class Runner:
                             **adapt)
             self._tlm = (tc, model_tag(model, cost_model, tc.cm_adapt_trees))
         return self._tlm
+
+    def e2e_model(self) -> str:
+        """The end-to-end TLM's `model_tag`: the shipped generator and cost model for the target,
+        with the tuner's default online update (what `_tune` runs)."""
+        from tlm.eval.heldout import model_tag
+        from tlm.model.lm import default_model_dir
+        from tlm.search.base import TuneConfig
+        from tlm.search.costmodel import default_cost_model
+
+        tc = TuneConfig(seed=self.cfg.seed)
+        return model_tag(default_model_dir(self.target), default_cost_model(self.target), tc.cm_adapt_trees)
 
     def heldout_dbs(self):
         """The held-out contenders' databases (OUT/dbs/heldout), kept in git as shards while open
@@ -292,7 +303,15 @@ def evaluate(cfg: EvalConfig, dry_run: bool = False, runner=None, log=print, rep
     runner = runner or Runner(cfg)
     if cfg.heldout_tasks and isinstance(runner, Runner):
         cfg.heldout_model = runner.heldout_tlm()[1]
+    saved = Path(cfg.out) / "config.json"  # the end-to-end TLM's models, as the run so far had them
+    old_tag = json.loads(saved.read_text()).get("e2e_model", "") if saved.is_file() else None
+    e2e_tlm = cfg.e2e and bool(cfg.tlm_budgets or cfg.subgraph_ks) and hasattr(runner, "e2e_model")
+    if e2e_tlm:  # a report alone changes nothing: it names the models that tuned
+        cfg.e2e_model = (old_tag or "") if report_only else runner.e2e_model()
     cfg.save()
+    if e2e_tlm and not report_only and old_tag is not None and old_tag != cfg.e2e_model:
+        if tlm_results(cfg.out):
+            retire_tlm(cfg.out, old_tag, log)
     with ExitStack() as kept:  # the tuning databases come back from git first: steps they hold are done
         for w in cfg.workloads if cfg.e2e else []:
             kept.enter_context(workload_dbs(cfg, w))

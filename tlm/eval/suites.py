@@ -65,6 +65,9 @@ class EvalConfig:
     heldout_generator: str = ""
     # the report's corpus section (tlm.eval.corpus): data/corpus read again whenever the tables are written
     corpus: bool = False
+    # the end-to-end TLM's model tag (set by `evaluate`, tlm.eval.heldout.model_tag of the shipped
+    # generator and cost model): a run resumed with other models retires its TLM results (retire_tlm)
+    e2e_model: str = ""
 
     @classmethod
     def for_suite(cls, suite: str, out: str, workloads: list[str] | None = None, **kw) -> EvalConfig:
@@ -148,6 +151,36 @@ def workload_dbs(cfg: EvalConfig, workload: str):
 
 def log_path(cfg: EvalConfig, step_id: str) -> str:
     return os.path.join(cfg.out, "logs", slug(step_id) + ".json")
+
+
+def tlm_results(out: str | os.PathLike) -> list[Path]:
+    """What the end-to-end TLM of one model left in OUT: its tuning databases and their record
+    shards (every workload's, and the representative tasks'), its steps' logs, the end-to-end
+    timings that compiled it (beside MetaSchedule's, which are timed again), the generator's cost."""
+    out = Path(out)
+    found = [p for p in out.glob("dbs/*/tlm*") if p.parent.name != "heldout"]
+    found += list(out.glob("records/*/tlm*")) + list(out.glob("e2e/*.json")) + [out / "generator.csv"]
+    found += [p for p in out.glob("logs/*")
+              if (p.name.startswith("tune_") and "_tlm@" in p.name) or p.name.startswith("subgraph_")]
+    return sorted(p for p in found if p.exists())
+
+
+def retire_tlm(out: str | os.PathLike, tag: str, log=print) -> int:
+    """Move `tlm_results` to OUT/retired/TAG/ (same relative paths; kept, out of the tables), so
+    that the plan tunes and times TLM again with the models of today while MetaSchedule's tuning
+    stays; returns how many paths moved."""
+    out, moved = Path(out), 0
+    for p in tlm_results(out):
+        dst = out / "retired" / (tag or "unrecorded") / p.relative_to(out)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if dst.exists():  # retired twice under one tag: keep both
+            dst = dst.with_name(dst.name + f".{int(os.path.getmtime(p))}")
+        os.replace(p, dst)
+        moved += 1
+    log(f"[eval] TLM's models changed since this run tuned with `{tag or 'unrecorded'}`: its end-to-end TLM "
+        f"results ({moved} paths) moved to {out / 'retired' / (tag or 'unrecorded')}; TLM is tuned and every "
+        "workload timed again, MetaSchedule's tuning is kept")
+    return moved
 
 
 def build_plan(cfg: EvalConfig, task_counts: dict[str, int] | None = None,
