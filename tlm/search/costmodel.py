@@ -65,6 +65,10 @@ class CostModelConfig:
     # pick / best 1.324 vs 1.452 on znver3, 1.343 vs 1.355 on znver5, 1.271 vs 1.271 on rocketlake,
     # best in the top 2 more often on all three (bench/results/costmodel-mixing.md).
     cpu_columns: bool = False
+    # Each task's rows weigh (its best latency)^task_weight, scaled so that a row weighs 1 on
+    # average (0: every row the same). A ranking error costs a program's time in proportion to its
+    # task's: 1 weighs the tasks as a summed latency does.
+    task_weight: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -151,19 +155,24 @@ class CostModel:
         params = self._params()  # checks the objective first
         if self.config.cpu_columns and (targets is None or len(targets) != len(groups)):
             raise TlmError("a cost model with CPU columns learns from groups of known CPUs (one target per group)")
-        xs, ys = [], []
+        xs, ys, ws = [], [], []
         for i, (x, lat) in enumerate(groups):
             ok = ~np.isnan(x).any(axis=1)
             if ok.sum() < 2:
                 continue
             xs.append(self._rows(x[ok], targets[i] if targets else None))
             ys.append(labels([v for v, good in zip(lat, ok) if good], self.config.clip))
+            best = min(v for v, good in zip(lat, ok) if good and v and math.isfinite(v))
+            ws.append(np.full(len(ys[-1]), best ** self.config.task_weight))
         if not xs:
             raise TlmError("no task with two or more correct programs to learn from")
         y = np.concatenate(ys)
         if self.config.objective == "ndcg":  # integer relevance: 0 (clip) .. 4 * clip (the best)
             y = np.round((y + self.config.clip) * 4)
         data = xgb.DMatrix(np.concatenate(xs), label=y)
+        if self.config.task_weight and self.config.objective == "reg":  # ranking objectives weigh groups
+            w = np.concatenate(ws)
+            data.set_weight(w * (len(w) / w.sum()))
         if self.config.objective != "reg":
             data.set_group([len(v) for v in ys])  # rows are in group order
         self.booster = xgb.train(params, data, self.config.trees)

@@ -153,7 +153,7 @@ def _cmd_costmodel(args) -> int:
     if args.trees < 1 or args.depth < 1 or not 0 < args.eta <= 1:
         raise TlmError("--trees and --depth must be at least 1, --eta in (0, 1]")
     cfg = CostModelConfig(trees=args.trees, depth=args.depth, eta=args.eta, seed=args.seed, objective=args.objective,
-                          cpu_columns=args.cpu_columns)
+                          cpu_columns=args.cpu_columns, task_weight=args.task_weight)
     meta = train_on_corpus(args.corpus, args.out, args.work, args.kind, cfg,
                            log=lambda m: print(m, file=sys.stderr))
     print(f"cost model in {args.out}: {meta['programs']} programs of {meta['tasks']} tasks on "
@@ -173,6 +173,9 @@ def register_cli(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--objective", default=CostModelConfig.objective, choices=list(OBJECTIVES),
                    help="reg: regression on -log(latency / task best); pairwise, ndcg: ranking within each task")
+    p.add_argument("--task-weight", type=float, default=CostModelConfig.task_weight,
+                   help="each task's programs weigh (its best latency)^P (default 0: all the same; 1: as a "
+                        "summed latency weighs the tasks)")
     p.add_argument("--cpu-columns", action=argparse.BooleanOptionalAction, default=True,
                    help="describe each record's CPU in its features (default; CostModelConfig.cpu_columns)")
     p.set_defaults(func=_cmd_costmodel)
