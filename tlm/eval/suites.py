@@ -166,19 +166,22 @@ def tlm_results(out: str | os.PathLike) -> list[Path]:
 
 
 def retire_tlm(out: str | os.PathLike, tag: str, log=print) -> int:
-    """Move `tlm_results` to OUT/retired/TAG/ (same relative paths; kept, out of the tables), so
-    that the plan tunes and times TLM again with the models of today while MetaSchedule's tuning
-    stays; returns how many paths moved."""
-    out, moved = Path(out), 0
+    """Move `tlm_results` to OUT/retired/TAG/ (same relative paths; kept, out of the tables; the
+    databases to OUT/dbs/retired/TAG/, which git ignores: their shards are retired beside the
+    logs), so that the plan tunes and times TLM again with the models of today while
+    MetaSchedule's tuning stays; returns how many paths moved."""
+    out, moved, tag = Path(out), 0, tag or "unrecorded"
     for p in tlm_results(out):
-        dst = out / "retired" / (tag or "unrecorded") / p.relative_to(out)
+        rel = p.relative_to(out)
+        dst = (out / "dbs" / "retired" / tag / rel.relative_to("dbs") if rel.parts[0] == "dbs"
+               else out / "retired" / tag / rel)
         dst.parent.mkdir(parents=True, exist_ok=True)
         if dst.exists():  # retired twice under one tag: keep both
             dst = dst.with_name(dst.name + f".{int(os.path.getmtime(p))}")
         os.replace(p, dst)
         moved += 1
-    log(f"[eval] TLM's models changed since this run tuned with `{tag or 'unrecorded'}`: its end-to-end TLM "
-        f"results ({moved} paths) moved to {out / 'retired' / (tag or 'unrecorded')}; TLM is tuned and every "
+    log(f"[eval] TLM's models changed since this run tuned with `{tag}`: its end-to-end TLM "
+        f"results ({moved} paths) moved to {out / 'retired' / tag}; TLM is tuned and every "
         "workload timed again, MetaSchedule's tuning is kept")
     return moved
 
