@@ -1,6 +1,6 @@
 """Cost models that weigh heavy tasks more, judged on fully measured pools of samples (issue 15).
 
-    .venv/bin/python bench/costmodel_weights.py --pools bench/results/pick_rules-znver3-s28.json
+    .venv/bin/python bench/costmodel_weights.py --pools bench/results/pick_rules-znver3-s28.json [MORE.json]
         [--weights 0 0.5 1] [--work work/cm-bench] [--models-dir work/cm-weights] [--name NAME]
 
 TLM's first choice is the cost model's top pick of 32 samples. bench/pick_rules.py measured every
@@ -8,7 +8,8 @@ sample of those pools on the held-out tasks, so a new cost model's pick there is
 measuring anything. Each --weights value P fits the shipped recipe (`tlm costmodel`: 1000 trees of
 depth 8, eta 0.05, CPU columns) on the whole corpus with each task's rows weighing (its best
 latency)^P (CostModelConfig.task_weight; 0: today's), and every model (and the shipped one) picks
-in every pool. Scores as bench/pick_rules.py's: MetaSchedule@64 over the pick, summed and per-task
+in every pool, and (exploratory, when there are several) their ensemble: the best mean rank over
+the models. Scores as bench/pick_rules.py's: MetaSchedule@64 over the pick, summed and per-task
 geomean, and the pick over the pool's best. Writes OUT/NAME.json and OUT/NAME.md.
 """
 
@@ -27,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--pools", required=True, help="a bench/pick_rules.py result (JSON)")
+    p.add_argument("--pools", required=True, nargs="+", help="bench/pick_rules.py results (JSON; same held-out run)")
     p.add_argument("--weights", type=float, nargs="+", default=[0.0, 0.5, 1.0])
     p.add_argument("--corpus", default=str(ROOT / "data" / "corpus"))
     p.add_argument("--work", default=str(ROOT / "work" / "cm-bench"), help="records db and features cache")
@@ -42,17 +43,23 @@ def main(argv: list[str] | None = None) -> int:
     from tlm.graph.target import resolve_target
     from tlm.measure.database import open_db
     from tlm.measure.shards import hardware_slug, ingest
-    from tlm.search.costmodel import CostModel, CostModelConfig, default_cost_model
+    import numpy as np
+
+    from tlm.search.costmodel import CostModel, CostModelConfig, default_cost_model, features
     from tlm.search.costmodel_data import training_groups
     from tlm.space.design import task_space
     from tlm.space.language import parse
 
     t0 = time.time()
-    pools = json.loads(Path(args.pools).read_text())
-    st = pools["settings"]
+    runs = [json.loads(Path(f).read_text()) for f in args.pools]
+    st = runs[0]["settings"]
+    if any((r["settings"]["heldout"], r["settings"]["samples"], r["settings"]["pool"])
+           != (st["heldout"], st["samples"], st["pool"]) for r in runs):
+        sys.exit("bench/costmodel_weights.py: the --pools files come from different held-out runs or samples")
+    pools = {"tasks": [t for r in runs for t in r["tasks"]]}
     target = resolve_target(None)
     if st["hardware"] != hardware_slug(target.key):
-        sys.exit(f"bench/costmodel_weights.py: {args.pools} was measured on {st['hardware']}")
+        sys.exit(f"bench/costmodel_weights.py: {args.pools[0]} was measured on {st['hardware']}")
     run = Path(st["heldout"])
     cfg = json.loads((run / "config.json").read_text())
     tbw = {w: tasks_for_source(w, target=target).tasks for w in cfg["workloads"]}
@@ -74,10 +81,23 @@ def main(argv: list[str] | None = None) -> int:
 
     models, scores, picks = {"shipped": CostModel.load(default_cost_model(target), target)}, {}, {}
 
+    feats = {}  # the pools' features, computed once
+
+    def top(cm, task, schs):
+        if task.hash + str(len(schs)) not in feats:
+            feats[task.hash + str(len(schs))] = features(task, schs, target)
+        x = feats[task.hash + str(len(schs))]
+        if isinstance(cm, list):  # an ensemble: the best mean rank over its models
+            rank = np.zeros(len(schs))
+            for m in cm:
+                rank[m.order(x, target)] += np.arange(len(schs))
+            return int(np.argmin(rank))
+        return cm.order(x, target)[0]
+
     def judge(name, cm):
         xs = []
         for task, schs, rec in pool_schs:
-            j = cm.rank(task, schs, target)[0]
+            j = top(cm, task, schs)
             xs.append((rec["all_s"][j], min(rec["all_s"]), rec["ms64"]))
             picks.setdefault(rec["task"] + f"/{rec['seed']}", {})[name] = rec["all_s"][j]
         both = [(x, m) for x, _, m in xs if m and math.isfinite(x)]
@@ -93,9 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         (out / f"{args.name}.json").write_text(json.dumps(res, indent=1))
         f = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
         lines = [f"# Cost models weighing heavy tasks: first choice in fully measured pools ({st['hardware']})", "",
-                 f"The {len(pool_schs)} pools of `{args.pools}` (every sample measured); each model's top pick, "
+                 f"The {len(pool_schs)} pools of `{' '.join(args.pools)}` (every sample measured); each model's top pick, "
                  "no new measurement.", "",
-                 f"Command: `.venv/bin/python bench/costmodel_weights.py --pools {args.pools} --weights "
+                 f"Command: `.venv/bin/python bench/costmodel_weights.py --pools {' '.join(args.pools)} --weights "
                  f"{' '.join(f'{w:g}' for w in args.weights)} --name {args.name}`", "",
                  "| cost model | MS@64 / pick, summed | MS@64 / pick, geomean | pick / pool's best, geomean | pools |",
                  "|---|---:|---:|---:|---:|"]
@@ -121,7 +141,10 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"{tgt.cpu}: {len(got)} tasks ({time.time() - t0:.0f} s)", flush=True)
             CostModel(CostModelConfig(task_weight=w, cpu_columns=True, threads=2)).fit(groups, group_targets).save(path)
             print(f"fitted task_weight {w:g} ({time.time() - t0:.0f} s)", flush=True)
-        judge(f"weight {w:g}", CostModel.load(path, target))
+        models[f"weight {w:g}"] = CostModel.load(path, target)
+        judge(f"weight {w:g}", models[f"weight {w:g}"])
+    if len(models) > 2:  # exploratory: the models' mean rank (a refit's picks swing on heavy tasks)
+        judge("ensemble of all (mean rank)", list(models.values()))
     print(f"wrote {Path(args.out) / args.name}.md")
     return 0
 
