@@ -41,12 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     from tlm.eval.heldout import read_tasks
     from tlm.graph.extract import tasks_for_source
     from tlm.graph.target import resolve_target
-    from tlm.measure.database import open_db
-    from tlm.measure.shards import hardware_slug, ingest
+    from tlm.measure.shards import hardware_slug
     import numpy as np
 
     from tlm.search.costmodel import CostModel, CostModelConfig, default_cost_model, features
-    from tlm.search.costmodel_data import training_groups
+    from tlm.search.costmodel_data import corpus_groups
     from tlm.space.design import task_space
     from tlm.space.language import parse
 
@@ -124,21 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         (out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
 
     judge("shipped", models["shipped"])
-    groups, group_targets = None, []
+    groups, group_targets = None, None
     for w in args.weights:
         path = Path(args.models_dir) / f"w{w:g}"
         if not (path / "costmodel-config.json").is_file():
-            if groups is None:
-                groups = []
-                with open_db(str(Path(args.work) / "db")) as db:
-                    ingest(db, args.corpus)
-                    for key in db.target_keys():
-                        tgt = resolve_target(json.loads(key))
-                        tasks = [t for h in sorted(db.best_by_task(tgt.key)) if (t := db.task(h)) is not None]
-                        got = training_groups(db, tgt, tasks, cache=Path(args.work) / "features")
-                        groups += got
-                        group_targets += [tgt] * len(got)
-                        print(f"{tgt.cpu}: {len(got)} tasks ({time.time() - t0:.0f} s)", flush=True)
+            if groups is None:  # the corpus as `tlm costmodel` reads it
+                groups, group_targets, _ = corpus_groups(args.corpus, args.work, "llvm", print)
             CostModel(CostModelConfig(task_weight=w, cpu_columns=True, threads=2)).fit(groups, group_targets).save(path)
             print(f"fitted task_weight {w:g} ({time.time() - t0:.0f} s)", flush=True)
         models[f"weight {w:g}"] = CostModel.load(path, target)

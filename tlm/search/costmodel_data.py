@@ -103,12 +103,10 @@ class _FeatureCache:
         os.replace(tmp, self.dir / f"{task_hash}.npz")
 
 
-def train_on_corpus(corpus: str | Path, out: str | Path, work: str | Path, kind: str = "llvm",
-                    config: CostModelConfig | None = None, log=print) -> dict[str, Any]:
-    """Fit a cost model on every correct record of the corpus on CPUs of `kind` (each task and CPU
-    one group: labels compare programs of one task on one CPU), save it with its meta in `out`.
-    `work` holds the records database the shards are ingested into and the features cache (both
-    kept: a later run ingests only new shards and featurizes only new programs)."""
+def corpus_groups(corpus: str | Path, work: str | Path, kind: str = "llvm", log=print):
+    """(groups, the target of each group, the summary of each CPU) of every correct record of the
+    corpus on CPUs of `kind`: each task and CPU one group (`training_groups`), the shards ingested
+    into WORK/db and the features cached in WORK/features."""
     import time
 
     from tlm.graph.target import resolve_target
@@ -120,8 +118,7 @@ def train_on_corpus(corpus: str | Path, out: str | Path, work: str | Path, kind:
     corpus = require_corpus_dir(str(corpus))
     if not corpus.is_dir():
         raise TlmError(f"--corpus {corpus}: no such directory")
-    config = config or CostModelConfig()
-    groups, targets, group_targets, tasks_n = [], [], [], 0
+    groups, group_targets, targets = [], [], []
     with open_db(str(Path(work) / "db")) as db:
         ingest(db, corpus)
         for key in db.target_keys():
@@ -140,7 +137,21 @@ def train_on_corpus(corpus: str | Path, out: str | Path, work: str | Path, kind:
                 groups += got
                 group_targets += [target] * len(got)
                 targets.append(target_summary(target))
-                tasks_n += len(got)
+    return groups, group_targets, targets
+
+
+def train_on_corpus(corpus: str | Path, out: str | Path, work: str | Path, kind: str = "llvm",
+                    config: CostModelConfig | None = None, log=print) -> dict[str, Any]:
+    """Fit a cost model on every correct record of the corpus on CPUs of `kind` (each task and CPU
+    one group: labels compare programs of one task on one CPU), save it with its meta in `out`.
+    `work` holds the records database the shards are ingested into and the features cache (both
+    kept: a later run ingests only new shards and featurizes only new programs)."""
+    import time
+
+    t0 = time.monotonic()
+    config = config or CostModelConfig()
+    groups, group_targets, targets = corpus_groups(corpus, work, kind, log)
+    tasks_n = len(groups)
     model = CostModel(config).fit(groups, group_targets)
     model.save(out)
     meta = {"targets": targets, "tasks": tasks_n, "programs": sum(len(g[1]) for g in groups),
