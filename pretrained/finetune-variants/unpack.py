@@ -1,0 +1,39 @@
+"""Here, after run.sh on the GPU machine: join each NAME.tar(.partN) that came back, untar it into
+DEST/NAME, widen its fp16 weights to fp32 and give it the `targets` of a reference model (the
+GPU machine has no TVM to resolve the demonstrations' CPUs; the reference is a model fine-tuned
+on the same CPUs' records, by default the shipped one).
+
+    python pretrained/finetune-variants/unpack.py FILES_DIR DEST NAME [NAME...] [--targets-from MODEL]
+"""
+import argparse
+import json
+import tarfile
+from pathlib import Path
+
+from safetensors.torch import load_file, save_file
+
+p = argparse.ArgumentParser()
+p.add_argument("files")
+p.add_argument("dest")
+p.add_argument("names", nargs="+")
+p.add_argument("--targets-from", default="pretrained/tlm-ft-llvm-x86_64")
+a = p.parse_args()
+targets = json.loads((Path(a.targets_from) / "tlm.json").read_text())["targets"]
+dest = Path(a.dest)
+dest.mkdir(parents=True, exist_ok=True)
+for name in a.names:
+    files = Path(a.files)
+    whole = files / f"{name}.tar"
+    tar = Path("/tmp") / f"unpack-{name}.tar"
+    parts = sorted(files.glob(f"{name}.tar.part*"), key=lambda f: int(f.name.rsplit("part", 1)[1]))
+    tar.write_bytes(whole.read_bytes() if whole.exists() else b"".join(f.read_bytes() for f in parts))
+    with tarfile.open(tar) as t:
+        t.extractall(dest, filter="data")
+    tar.unlink()
+    d = dest / name
+    sd = load_file(str(d / "model.safetensors"))
+    save_file({k: v.float() for k, v in sd.items()}, str(d / "model.safetensors"), metadata={"format": "pt"})
+    meta = json.loads((d / "tlm.json").read_text())
+    meta["targets"] = targets
+    (d / "tlm.json").write_text(json.dumps(meta, indent=1))
+    print(name, {k: meta.get(k) for k in ("demonstrations", "loss", "step")}, "->", d)
