@@ -1,7 +1,7 @@
 """Cost models that weigh heavy tasks more, judged on fully measured pools of samples (issue 15).
 
     .venv/bin/python bench/costmodel_weights.py --pools bench/results/pick_rules-znver3-s28.json [MORE.json]
-        [--weights 0 0.5 1] [--work work/cm-bench] [--models-dir work/cm-weights] [--name NAME]
+        [--weights 0 0.5 1] [--models NAME=DIR ...] [--work work/cm-bench] [--models-dir work/cm-weights] [--name NAME]
 
 TLM's first choice is the cost model's top pick of 32 samples. bench/pick_rules.py measured every
 sample of those pools on the held-out tasks, so a new cost model's pick there is known without
@@ -10,7 +10,9 @@ depth 8, eta 0.05, CPU columns) on the whole corpus with each task's rows weighi
 latency)^P (CostModelConfig.task_weight; 0: today's), and every model (and the shipped one) picks
 in every pool, and (exploratory, when there are several) their ensemble: the best mean rank over
 the models. Scores as bench/pick_rules.py's: MetaSchedule@64 over the pick, summed and per-task
-geomean, and the pick over the pool's best. Writes OUT/NAME.json and OUT/NAME.md.
+geomean, and the pick over the pool's best. `--models` judges cost models fitted by `tlm costmodel`
+with other settings (e.g. `--subsample 0.8 --colsample 0.8`); `--weights` with no value fits none.
+Writes OUT/NAME.json and OUT/NAME.md.
 """
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ sys.path.insert(0, str(ROOT))
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--pools", required=True, nargs="+", help="bench/pick_rules.py results (JSON; same held-out run)")
-    p.add_argument("--weights", type=float, nargs="+", default=[0.0, 0.5, 1.0])
+    p.add_argument("--weights", type=float, nargs="*", default=[0.0, 0.5, 1.0],
+                   help="task weights to fit and judge (models cached in --models-dir)")
+    p.add_argument("--models", nargs="*", default=[], metavar="NAME=DIR",
+                   help="cost models fitted elsewhere (`tlm costmodel --out DIR ...`), judged after the shipped one")
     p.add_argument("--corpus", default=str(ROOT / "data" / "corpus"))
     p.add_argument("--work", default=str(ROOT / "work" / "cm-bench"), help="records db and features cache")
     p.add_argument("--models-dir", default=str(ROOT / "work" / "cm-weights"))
@@ -115,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
                  f"The {len(pool_schs)} pools of `{' '.join(args.pools)}` (every sample measured); each model's top pick, "
                  "no new measurement.", "",
                  f"Command: `.venv/bin/python bench/costmodel_weights.py --pools {' '.join(args.pools)} --weights "
-                 f"{' '.join(f'{w:g}' for w in args.weights)} --name {args.name}`", "",
+                 f"{' '.join(f'{w:g}' for w in args.weights)}"
+                 + (f" --models {' '.join(args.models)}" if args.models else "") + f" --name {args.name}`", "",
                  "| cost model | MS@64 / pick, summed | MS@64 / pick, geomean | pick / pool's best, geomean | pools |",
                  "|---|---:|---:|---:|---:|"]
         lines += [f"| {n} | {f(s['ms64_over_pick_summed'])} | {f(s['ms64_over_pick_geomean'])} | "
@@ -123,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         (out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
 
     judge("shipped", models["shipped"])
+    for spec in args.models:
+        name, _, path = spec.partition("=")
+        models[name] = CostModel.load(path, target)
+        judge(name, models[name])
     groups, group_targets = None, None
     for w in args.weights:
         path = Path(args.models_dir) / f"w{w:g}"

@@ -23,3 +23,32 @@ def test_task_weight_lets_the_heavy_task_decide():
     assert preference(-1.0) < -0.3  # (and the light one's, weighted the other way)
     m = CostModel(CostModelConfig(trees=5, depth=2, task_weight=1.0)).fit([(x, heavy), (x, light)])
     assert m.config.task_weight == 1.0
+
+
+def test_subsampling_is_seeded_and_saved(tmp_path):
+    """CostModelConfig.subsample / colsample (stochastic boosting): each tree learns from a seeded
+    part of the rows and columns, so two fits with one seed agree, another seed differs, and the
+    settings travel with the saved model; 1.0 (the default) asks XGBoost for nothing new."""
+    rng = np.random.default_rng(0)
+    x = rng.random((200, 6), dtype="float32")
+    lat = list(np.exp(-(x[:, 0] + 0.5 * x[:, 1])) * 1e-3)
+
+    def fit(seed):
+        return CostModel(CostModelConfig(trees=10, depth=3, subsample=0.5, colsample=0.5, seed=seed)).fit([(x, lat)])
+
+    a, b, c = fit(0), fit(0), fit(1)
+    assert np.array_equal(a.predict(x), b.predict(x)) and not np.array_equal(a.predict(x), c.predict(x))
+    a.save(tmp_path)
+    loaded = CostModel.load(tmp_path)
+    assert (loaded.config.subsample, loaded.config.colsample) == (0.5, 0.5)
+    assert np.allclose(loaded.predict(x), a.predict(x))
+    assert "subsample" not in CostModel(CostModelConfig())._params()
+    assert CostModel(CostModelConfig(subsample=0.8, colsample=0.7))._params()["colsample_bytree"] == 0.7
+
+
+def test_cli_refuses_a_subsample_outside_0_1(tmp_path, capsys):
+    from tlm.cli import main
+
+    assert main(["costmodel", "--out", str(tmp_path / "cm"), "--subsample", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--subsample" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -69,6 +69,10 @@ class CostModelConfig:
     # average (0: every row the same). A ranking error costs a program's time in proportion to its
     # task's: 1 weighs the tasks as a summed latency does.
     task_weight: float = 0.0
+    # Stochastic gradient boosting: each tree sees this fraction of the rows (`subsample`) and of
+    # the feature columns (`colsample`, XGBoost's colsample_bytree); 1.0: all (the shipped model).
+    subsample: float = 1.0
+    colsample: float = 1.0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -145,6 +149,10 @@ class CostModel:
         p = {"objective": OBJECTIVES[c.objective], "max_depth": c.depth, "eta": c.eta, "seed": c.seed}
         if c.threads:
             p["nthread"] = c.threads
+        if c.subsample < 1:
+            p["subsample"] = c.subsample
+        if c.colsample < 1:
+            p["colsample_bytree"] = c.colsample
         return p
 
     def fit(self, groups: list[tuple[np.ndarray, list[float]]], targets: list | None = None) -> CostModel:

@@ -163,8 +163,11 @@ def train_on_corpus(corpus: str | Path, out: str | Path, work: str | Path, kind:
 def _cmd_costmodel(args) -> int:
     if args.trees < 1 or args.depth < 1 or not 0 < args.eta <= 1:
         raise TlmError("--trees and --depth must be at least 1, --eta in (0, 1]")
+    if not (0 < args.subsample <= 1 and 0 < args.colsample <= 1):
+        raise TlmError("--subsample and --colsample must be in (0, 1]")
     cfg = CostModelConfig(trees=args.trees, depth=args.depth, eta=args.eta, seed=args.seed, objective=args.objective,
-                          cpu_columns=args.cpu_columns, task_weight=args.task_weight)
+                          cpu_columns=args.cpu_columns, task_weight=args.task_weight, subsample=args.subsample,
+                          colsample=args.colsample)
     meta = train_on_corpus(args.corpus, args.out, args.work, args.kind, cfg,
                            log=lambda m: print(m, file=sys.stderr))
     print(f"cost model in {args.out}: {meta['programs']} programs of {meta['tasks']} tasks on "
@@ -187,6 +190,10 @@ def register_cli(sub) -> None:
     p.add_argument("--task-weight", type=float, default=CostModelConfig.task_weight,
                    help="each task's programs weigh (its best latency)^P (default 0: all the same; 1: as a "
                         "summed latency weighs the tasks)")
+    p.add_argument("--subsample", type=float, default=CostModelConfig.subsample,
+                   help="fraction of the rows each tree learns from (default 1: all)")
+    p.add_argument("--colsample", type=float, default=CostModelConfig.colsample,
+                   help="fraction of the feature columns each tree learns from (default 1: all)")
     p.add_argument("--cpu-columns", action=argparse.BooleanOptionalAction, default=True,
                    help="describe each record's CPU in its features (default; CostModelConfig.cpu_columns)")
     p.set_defaults(func=_cmd_costmodel)
