@@ -70,7 +70,8 @@ class CostModelConfig:
     # task's: 1 weighs the tasks as a summed latency does.
     task_weight: float = 0.0
     # Stochastic gradient boosting: each tree sees this fraction of the rows (`subsample`) and of
-    # the feature columns (`colsample`, XGBoost's colsample_bytree); 1.0: all (the shipped model).
+    # the feature columns (`colsample`, XGBoost's colsample_bytree); 1.0: all (the shipped model;
+    # 0.8 / 0.8 picked worse in measured pools, bench/results/costmodel_subsample-znver3-s29.md).
     subsample: float = 1.0
     colsample: float = 1.0
 
