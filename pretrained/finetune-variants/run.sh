@@ -2,9 +2,9 @@
 # On the GPU machine, in the repository root (device run with carry: [G]):
 #   G=work/gpu-s29 JOBS="final-s1:best1:1:0 final-s2:best1:2:0 final-8k:best1:1:8000" bash pretrained/finetune-variants/run.sh
 # Each job is NAME:DEMOS:SEED:STEPS (DEMOS: G/DEMOS.jsonl.xz from make_demos.py; STEPS 0: the
-# collector's recipe, 3 epochs capped at FinetuneConfig's 2,000 steps). The models' `targets` are
-# those of the demonstrations' CPUs only where TVM resolves them: copy them here from the shipped
-# model's tlm.json (pretrained/README.md). Session 25 ran r3, r3-8k, s8-8k and s8-16k this way.
+# collector's recipe, 3 epochs capped at FinetuneConfig's 2,000 steps). Without TVM the models'
+# `targets` cannot name the demonstrations' CPUs: unpack.py, here, joins what comes back, widens it
+# to fp32 and copies them from the shipped model. Session 25 ran r3, r3-8k, s8-8k and s8-16k this way.
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 G=${G:?} M=/tmp/m B=pretrained/tlm-base-llvm-x86_64

@@ -6,6 +6,7 @@ on the same CPUs' records, by default the shipped one).
     python pretrained/finetune-variants/unpack.py FILES_DIR DEST NAME [NAME...] [--targets-from MODEL]
 """
 import argparse
+import io
 import json
 import tarfile
 from pathlib import Path
@@ -19,17 +20,14 @@ p.add_argument("names", nargs="+")
 p.add_argument("--targets-from", default="pretrained/tlm-ft-llvm-x86_64")
 a = p.parse_args()
 targets = json.loads((Path(a.targets_from) / "tlm.json").read_text())["targets"]
-dest = Path(a.dest)
+files, dest = Path(a.files), Path(a.dest)
 dest.mkdir(parents=True, exist_ok=True)
 for name in a.names:
-    files = Path(a.files)
     whole = files / f"{name}.tar"
-    tar = Path("/tmp") / f"unpack-{name}.tar"
     parts = sorted(files.glob(f"{name}.tar.part*"), key=lambda f: int(f.name.rsplit("part", 1)[1]))
-    tar.write_bytes(whole.read_bytes() if whole.exists() else b"".join(f.read_bytes() for f in parts))
-    with tarfile.open(tar) as t:
+    data = whole.read_bytes() if whole.exists() else b"".join(f.read_bytes() for f in parts)
+    with tarfile.open(fileobj=io.BytesIO(data)) as t:  # pack_fp16.py's pieces, joined in memory
         t.extractall(dest, filter="data")
-    tar.unlink()
     d = dest / name
     sd = load_file(str(d / "model.safetensors"))
     save_file({k: v.float() for k, v in sd.items()}, str(d / "model.safetensors"), metadata={"format": "pt"})
