@@ -35,7 +35,7 @@ costmodel: setup
 	$(BIN)/tlm costmodel --corpus data/corpus --out pretrained/costmodel-llvm-x86_64
 
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30
 
 test-all: setup
 	$(BIN)/python -m pytest -q -m ""
