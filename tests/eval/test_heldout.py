@@ -163,6 +163,20 @@ def test_a_run_extends_to_larger_ks_but_never_changes_its_own(tmp_path):
             cfg(**{"heldout_tlm_ks": [0, 1, 10, 32], "heldout_ms_ks": [1, 10, 64, 256], **bad}).save()
 
 
+def test_a_run_without_the_heldout_benchmark_may_gain_it_once(tmp_path):
+    from tlm.errors import TlmError
+    from tlm.eval.suites import EvalConfig
+
+    def cfg(**kw):
+        return EvalConfig.for_suite("full", str(tmp_path), hardware="hw", **kw)
+
+    cfg(heldout_tasks=0).save()
+    cfg(heldout_tasks=20).save()  # gained: the end-to-end budgets are the same
+    for bad in (dict(heldout_tasks=0), dict(heldout_tasks=10), dict(ms_budget="16g")):
+        with pytest.raises(TlmError, match="other budgets"):
+            cfg(**bad).save()
+
+
 @pytest.mark.tvm
 def test_run_heldout_on_a_tiny_task(tmp_path, host, matmul32):
     """Every contender tunes the task alone, for real (the shipped model, named as `tlm eval` names it, no cost

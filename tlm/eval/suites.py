@@ -100,7 +100,9 @@ class EvalConfig:
             raise TlmError(f"{path} holds a run on {old.get('hardware') or 'an unrecorded machine'}, not on this "
                            f"{self.hardware}; use another --out")
         grown = ("heldout_tlm_ks", "heldout_ms_ks")  # more ks extend a run: the first k records stay the same
-        if any(not set(old.get(k, [])) <= set(asdict(self)[k]) for k in grown) or any(
+        if not old.get("heldout_tasks", 1):  # a run without the held-out benchmark may gain one: its
+            grown += ("heldout_tasks",)      # end-to-end records are untouched, it has no held-out ones
+        if any(not set(old.get(k, [])) <= set(asdict(self)[k]) for k in grown if k != "heldout_tasks") or any(
                 old.get(k, asdict(self)[k]) != asdict(self)[k] for k in keys if k not in grown):
             raise TlmError(f"{path} holds other budgets ({ {k: old.get(k) for k in keys} }); use another --out")
         path.parent.mkdir(parents=True, exist_ok=True)
