@@ -95,18 +95,19 @@ class EvalConfig:
         """Write OUT/config.json; a resumed run must keep the budgets and seed (else a new --out)."""
         path = Path(self.out) / "config.json"
         keys = ("ms_budget", "tlm_budgets", "subgraph_ks", "seed", "heldout_tasks", "heldout_tlm_ks", "heldout_ms_ks")
-        old = json.loads(path.read_text()) if path.is_file() else asdict(self)
+        new = asdict(self)
+        old = json.loads(path.read_text()) if path.is_file() else new
         if old.get("hardware") != self.hardware:  # timings of two machines never share a table
             raise TlmError(f"{path} holds a run on {old.get('hardware') or 'an unrecorded machine'}, not on this "
                            f"{self.hardware}; use another --out")
         grown = ("heldout_tlm_ks", "heldout_ms_ks")  # more ks extend a run: the first k records stay the same
-        if not old.get("heldout_tasks", 1):  # a run without the held-out benchmark may gain one: its
-            grown += ("heldout_tasks",)      # end-to-end records are untouched, it has no held-out ones
-        if any(not set(old.get(k, [])) <= set(asdict(self)[k]) for k in grown if k != "heldout_tasks") or any(
-                old.get(k, asdict(self)[k]) != asdict(self)[k] for k in keys if k not in grown):
+        # a run without the held-out benchmark may gain one: it has no held-out records to contradict
+        gained = ("heldout_tasks",) if old.get("heldout_tasks", 1) == 0 else ()
+        if any(not set(old.get(k, [])) <= set(new[k]) for k in grown) or any(
+                old.get(k, new[k]) != new[k] for k in keys if k not in grown + gained):
             raise TlmError(f"{path} holds other budgets ({ {k: old.get(k) for k in keys} }); use another --out")
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(asdict(self), indent=1))
+        path.write_text(json.dumps(new, indent=1))
 
 
 def per_task(budget: str | int, zero_ok: bool = False) -> int:
