@@ -88,6 +88,9 @@ def test_rows_report_and_targets_from_databases(tmp_path):
     assert by[("softmax", "metaschedule", 2)] == pytest.approx(25) and by[("fused_matmul", "metaschedule", 3)] == pytest.approx(110)
     short = {(r["task"], r["k"]): r["best_us"] for r in heldout_rows(picked, str(root), "key", [], [3, 4])}
     assert short[("softmax", 3)] == pytest.approx(24) and short[("softmax", 4)] is None  # MS@4: not reached yet
+    # Once the tuning has ended, a run short of k ran out of new programs: its best of all counts.
+    done = {(r["task"], r["k"]): r["best_us"] for r in heldout_rows(picked, str(root), "key", [], [3, 4], complete=True)}
+    assert done[("softmax", 4)] == pytest.approx(24) and done[("fused_matmul", 4)] == pytest.approx(110)
     s, n = summed(rows, "tlm@10", "metaschedule@3")
     assert n == 2 and s == pytest.approx((110 + 24) / (90 + 20))
     csv_rows = [{k: "" if v is None else str(v) for k, v in r.items()} for r in rows]  # as read back from the CSV

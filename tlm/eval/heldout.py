@@ -181,13 +181,15 @@ def run_heldout(picked: list[tuple[str, Any]], db_root: str, target, tlm_ks: lis
 
 
 def winners(picked: list[tuple[str, Any]], db_root: str, target_key: str, tlm_ks: list[int], ms_ks: list[int],
-            model: str | None = None, traces: bool = False) -> dict[tuple[str, str, int], Any]:
+            model: str | None = None, traces: bool = False, complete: bool = False) -> dict[tuple[str, str, int], Any]:
     """{(task hash, method, k): the contender's best correct Record after k measurements}, in the
     order of the contenders, then the tasks; None: no program (or a run not that far yet).
     TLM's is the best of its database (one per k); random's and MetaSchedule's the best of the
     first k records of their one run. The TLM contenders of the models other than `model` found
     in DB_ROOT/model-*/ follow, as method "tlm[TAG]". `traces`: give every record its trace
-    (recovered from its sentence when restored from shards)."""
+    (recovered from its sentence when restored from shards). `complete`: the tuning has ended, so
+    a run with fewer than k records stopped because its search found no new program (MetaSchedule
+    on a small space): its best of all is its best after k, as a user asking for k gets it."""
     from tlm.eval.tables import best_records_after_k
     from tlm.measure.database import open_db
 
@@ -202,7 +204,7 @@ def winners(picked: list[tuple[str, Any]], db_root: str, target_key: str, tlm_ks
                 elif tuner.startswith("tlm"):
                     got = {ks[0]: db.best(t.hash, target_key)}
                 else:
-                    got = best_records_after_k(db, t.hash, target_key, tuner, ks, reached=True)
+                    got = best_records_after_k(db, t.hash, target_key, tuner, ks, reached=not complete)
                 for k, rec in got.items():
                     if traces and rec is not None:
                         rec.trace_json = db.trace_of(rec, t)
@@ -223,12 +225,13 @@ def program_id(rec) -> str:
 
 
 def heldout_rows(picked: list[tuple[str, Any]], db_root: str, target_key: str, tlm_ks: list[int],
-                 ms_ks: list[int], model: str | None = None) -> list[dict[str, Any]]:
+                 ms_ks: list[int], model: str | None = None, complete: bool = False) -> list[dict[str, Any]]:
     """One row per (task, contender, k) with the best correct latency (us; None: no program) and
-    its program's `program_id` (tlm.eval.retime re-times them together); rows as `winners`."""
+    its program's `program_id` (tlm.eval.retime re-times them together); rows as `winners`
+    (`complete`: the tuning has ended)."""
     tasks = {t.hash: (w, t) for w, t in picked}
     rows = []
-    for (h, method, k), rec in winners(picked, db_root, target_key, tlm_ks, ms_ks, model).items():
+    for (h, method, k), rec in winners(picked, db_root, target_key, tlm_ks, ms_ks, model, complete=complete).items():
         w, t = tasks[h]
         rows.append({"task": t.name, "hash": t.hash, "workload": w, "kind": t.kind, "weight": t.weight,
                      "flops": t.flops, "method": method, "k": k,

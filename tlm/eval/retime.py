@@ -57,7 +57,7 @@ def retime(picked: list[tuple[str, Any]], db_root: str, target, tlm_ks: list[int
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     done = read_retimed(path)
-    wins = winners(picked, db_root, target.key, tlm_ks, ms_ks, model, traces=True)
+    wins = winners(picked, db_root, target.key, tlm_ks, ms_ks, model, traces=True, complete=True)  # runs after the tuning
     by_task: dict[str, dict[str, tuple[Any, list[str]]]] = {}  # hash -> program_id -> (record, contenders)
     for (h, method, k), rec in wins.items():
         if rec is not None and rec.trace_json is not None:

@@ -323,9 +323,10 @@ def evaluate(cfg: EvalConfig, dry_run: bool = False, runner=None, log=print, rep
 
         picked = runner.heldout() if cfg.heldout_tasks else []
         if picked:
+            tuned = all(st.done() for st in build_plan(cfg) if st.kind == "heldout")
             with runner.heldout_dbs():
                 rows = heldout_rows(picked, os.path.join(cfg.out, "dbs", "heldout"), runner.target.key,
-                                    cfg.heldout_tlm_ks, cfg.heldout_ms_ks, cfg.heldout_model)
+                                    cfg.heldout_tlm_ks, cfg.heldout_ms_ks, cfg.heldout_model, complete=tuned)
             from tlm.eval.retime import apply_retimed
 
             apply_retimed(rows, Path(cfg.out) / "heldout" / "retimed.csv")
