@@ -7,7 +7,7 @@ SOURCE ?= mobilenet_v2
 BUDGET ?= 1g
 SUITE ?= quick
 
-.PHONY: setup run test test-all eval collect costmodel
+.PHONY: setup run test test-all eval collect costmodel summary
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
@@ -23,6 +23,13 @@ run: setup
 # + CSVs + PNGs. SUITE=quick|standard|large|heldout|full
 eval: setup
 	$(BIN)/tlm eval --suite $(SUITE)
+
+# results/summary.md: the final run's report (issue 15), copied with its image paths pointed into
+# the run's folder; after `tlm eval --suite full --out $(FINAL) --report-only`, run this again.
+FINAL ?= results/full-llvm-znver4-2c
+summary:
+	{ echo "<!-- A copy of $(FINAL)/summary.md (its figures and CSVs are there), written by: tlm eval --suite full --out $(FINAL) --report-only -->"; echo; \
+	  sed -E 's#\]\(((corpus/)?[A-Za-z0-9_.-]+\.png)\)#]($(notdir $(FINAL))/\1)#' $(FINAL)/summary.md; } > results/summary.md
 
 # The data engine (issue 15): the iterative loop over the training tasks, its records flushed as
 # append-only shards into data/corpus (commit them). Resumes from the committed corpus on any machine.
