@@ -315,7 +315,8 @@ def evaluate(cfg: EvalConfig, dry_run: bool = False, runner=None, log=print, rep
     with ExitStack() as kept:  # the tuning databases come back from git first: steps they hold are done
         for w in cfg.workloads if cfg.e2e else []:
             kept.enter_context(workload_dbs(cfg, w))
-        status = {} if report_only else run_plan(build_plan(cfg), runner, log)
+        plan = build_plan(cfg)
+        status = {} if report_only else run_plan(plan, runner, log)
         if isinstance(runner, Runner):
             write_tables(cfg, {w: runner.tasks(w) for w in cfg.workloads} if cfg.e2e else {}, runner.target.key)
     if isinstance(runner, Runner):
@@ -323,7 +324,7 @@ def evaluate(cfg: EvalConfig, dry_run: bool = False, runner=None, log=print, rep
 
         picked = runner.heldout() if cfg.heldout_tasks else []
         if picked:
-            tuned = all(st.done() for st in build_plan(cfg) if st.kind == "heldout")
+            tuned = all(st.done() for st in plan if st.kind == "heldout")  # after it, a short run ran out of programs
             with runner.heldout_dbs():
                 rows = heldout_rows(picked, os.path.join(cfg.out, "dbs", "heldout"), runner.target.key,
                                     cfg.heldout_tlm_ks, cfg.heldout_ms_ks, cfg.heldout_model, complete=tuned)
