@@ -12,7 +12,7 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]' 2>&1 | grep -v "is ignored: it is neither" || true
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,cuda]' 2>&1 | grep -v "is ignored: it is neither" || true
 	$(BIN)/python -c "import tvm, torch, transformers, tlm" 
 	touch $(STAMP)
 

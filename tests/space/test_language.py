@@ -81,7 +81,8 @@ def test_prompt_depends_on_task_and_target_only(tasks, host):
     assert words[:3] == ["dense", "add", "relu"]
     assert words[-len(hw):] == hw and hw[:3] == ["llvm", host.arch, host.isa] and hw[-1] == host.cpu
     cuda = hardware_tokens(resolve_target("a100"))
-    assert cuda[:2] == ["cuda", "sm_80"] and all(w.isdigit() for w in cuda[2:])
+    assert cuda[:2] == ["cuda", "sm_80"] and "sms" in cuda and "l2" in cuda
+    assert hardware_tokens(resolve_target("h100")) != hardware_tokens(resolve_target("h200"))
     assert all(" " not in w and w for w in words)
 
 

@@ -12,15 +12,22 @@ from typing import Any
 
 from tlm.errors import TlmError
 
-# Short names a user may pass for GPUs; they map to TVM's own target tags.
-GPU_TAGS = {
+# Short names a user may pass for GPUs; they map to TVM's own target tags, or to a config where
+# TVM has no tag (the H200: the H100's limits, its own L2 size, as PyTorch reads it there).
+GPU_TAGS: dict[str, Any] = {
     "cuda": "nvidia/nvidia-a100",
     "a100": "nvidia/nvidia-a100",
     "v100": "nvidia/nvidia-v100",
     "h100": "nvidia/nvidia-h100",
+    "h200": {"kind": "cuda", "arch": "sm_90a", "max_num_threads": 1024, "max_threads_per_block": 1024,
+             "max_shared_memory_per_block": 49152, "thread_warp_size": 32, "registers_per_block": 65536,
+             "l2_cache_size_bytes": 62914560},
     "t4": "nvidia/nvidia-t4",
     "a10g": "nvidia/nvidia-a10g",
 }
+# Streaming multiprocessors per card (the GPU's "cores"): with `model` in the target config, the
+# facts that tell two cards of one architecture apart (H100 and H200 share sm_90a and its limits).
+GPU_SMS = {"a100": 108, "v100": 80, "h100": 132, "h200": 132, "t4": 40, "a10g": 80}
 
 
 @dataclass(frozen=True)
@@ -171,19 +178,28 @@ def resolve_target(spec: str | dict[str, Any] | TargetInfo | None) -> TargetInfo
             except (OSError, json.JSONDecodeError) as err:
                 raise TlmError(f"bad target file {text}: {err}") from None
         else:
-            tag = GPU_TAGS.get(text.lower(), text)
-            if tag not in tvm.target.list_tags():
+            name = text.lower()
+            tag = GPU_TAGS.get(name, text)
+            if isinstance(tag, dict):
+                spec = dict(tag, model="a100" if name == "cuda" else name)
+            elif tag not in tvm.target.list_tags():
                 known = ", ".join(sorted(GPU_TAGS))
                 raise TlmError(
                     f"bad target {text!r}: use 'host', a JSON dict, a TVM tag, or one of {known}"
                 )
-            spec = {"tag": tag}
+            else:
+                model = "a100" if name == "cuda" else name if name in GPU_TAGS else None
+                spec = {"tag": tag, **({"model": model} if model else {})}
     if not isinstance(spec, dict):
         raise TlmError(f"bad target: expected a dict, got {type(spec).__name__}")
     if spec.get("mcpu") == "native":
         raise TlmError("bad target: mcpu 'native' is not accepted by TVM; omit it for the host CPU")
     try:
-        target = tvm.target.Target(spec["tag"] if set(spec) == {"tag"} else spec)
+        if "tag" in spec and set(spec) <= {"tag", "model"}:  # a tag, named by the card it describes
+            target = tvm.target.Target(dict(tvm.target.Target(spec["tag"]).export(), tag="", **(
+                {"model": spec["model"]} if "model" in spec else {})))
+        else:
+            target = tvm.target.Target(spec)
     except Exception as err:  # TVM raises its own error types for unknown kinds and attributes
         first = str(err).strip().splitlines()
         raise TlmError(f"bad target {json.dumps(spec)}: {first[-1] if first else err}") from None
@@ -204,5 +220,5 @@ def resolve_target(spec: str | dict[str, Any] | TargetInfo | None) -> TargetInfo
         return TargetInfo(config, "llvm", mcpu or "generic", int(config["num-cores"]), bits, isa,
                           _llvm_features(target))
     if kind == "cuda":
-        return TargetInfo(config, "cuda", str(config.get("arch", "sm_?")), 0, 0, "cuda")
+        return TargetInfo(config, "cuda", str(config.get("arch", "sm_?")), GPU_SMS.get(str(config.get("model", "")), 0), 0, "cuda")
     raise TlmError(f"bad target: kind {kind!r} is not supported (use llvm or cuda)")

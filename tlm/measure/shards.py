@@ -63,12 +63,12 @@ class IngestReport:
 
 
 def hardware_slug(target_key: str) -> str:
-    """A directory name for a target key: `llvm-znver3-2c`, `cuda-sm_80`."""
+    """A directory name for a target key: `llvm-znver3-2c`, `cuda-h200`."""
     try:
         cfg = json.loads(target_key)
     except ValueError:
         cfg = {}
-    parts = [cfg.get("kind", "target"), cfg.get("mcpu") or cfg.get("arch") or "generic"]
+    parts = [cfg.get("kind", "target"), cfg.get("mcpu") or cfg.get("model") or cfg.get("arch") or "generic"]
     if cfg.get("num-cores"):
         parts.append(f"{cfg['num-cores']}c")
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(str(p) for p in parts))

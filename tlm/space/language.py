@@ -117,7 +117,9 @@ def hardware_tokens(target: TargetInfo) -> list[str]:
     if target.kind == "cuda":
         cfg = target.config
         keys = ("max_threads_per_block", "max_shared_memory_per_block", "thread_warp_size", "registers_per_block")
-        return ["cuda", target.cpu] + _numbers(cfg.get(k, cfg.get("max_num_threads", 0) if k == keys[0] else 0) for k in keys)
+        # SMs and L2 (MiB) tell apart cards of one architecture (H100 and H200: both sm_90a)
+        return (["cuda", target.cpu] + _numbers(cfg.get(k, cfg.get("max_num_threads", 0) if k == keys[0] else 0) for k in keys)
+                + ["sms"] + number_words(target.cores) + ["l2"] + number_words(int(cfg.get("l2_cache_size_bytes", 0)) >> 20))
     return ([target.kind, target.arch, target.isa] + number_words(target.vector_bits) + list(target.features)
             + ["cores"] + number_words(target.cores) + [target.cpu])
 

@@ -1,0 +1,236 @@
+"""GPU programs built without a GPU: CUDA C, launch plans, cubins (nvcc here), bundles, ingest.
+
+The measuring itself needs a GPU (test_gpu_runner_measures_a_bundle, marked gpu, skipped here
+and saying so); everything before and after it runs on this machine.
+"""
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+import workloads_tir as W
+from tlm.errors import TlmError
+
+pytestmark = pytest.mark.tvm
+
+
+@pytest.fixture(scope="module")
+def h200():
+    from tlm.graph.target import resolve_target
+
+    return resolve_target("h200")
+
+
+def _programs(task, target, n, seed=0, tries=200):
+    from tlm.space.design import random_program
+
+    out = []
+    for s in range(tries):
+        prog = random_program(task, target, random.Random(seed * 1000 + s))
+        if prog.ok:
+            out.append(prog)
+        if len(out) == n:
+            break
+    return out
+
+
+def test_gpu_names_tell_cards_apart(h200):
+    from tlm.graph.target import resolve_target
+    from tlm.measure.shards import hardware_slug
+
+    h100 = resolve_target("h100")
+    assert (h100.cpu, h200.cpu) == ("sm_90a", "sm_90a") and h100.key != h200.key
+    assert (h100.cores, h200.cores) == (132, 132)
+    assert hardware_slug(h200.key) == "cuda-h200"
+
+
+def test_matmul_plan_maps_every_buffer(h200):
+    from tlm.measure.cuda_build import lower_cuda
+
+    task = W.matmul(64)
+    (prog,) = _programs(task, h200, 1)
+    cuda = lower_cuda(prog.sch.mod, h200)
+    assert cuda.error is None and 'extern "C" __global__' in cuda.source
+    (k,) = cuda.kernels
+    assert sorted(a["buf"] for a in k.args) == [0, 1, 2] and not cuda.workspaces
+    assert 1 <= k.threads <= 1024 and all(g >= 1 for g in k.grid)
+
+
+def test_multi_kernel_programs_get_workspaces(h200):
+    """A softmax not fused into one kernel passes its row maxima and sums through global
+    workspaces that the host allocates: the plan says which kernel reads which."""
+    from tlm.measure.cuda_build import lower_cuda
+
+    task = W.softmax(64, 100)
+    plans = [lower_cuda(p.sch.mod, h200) for p in _programs(task, h200, 12)]
+    assert all(p.error is None for p in plans)
+    multi = [p for p in plans if len(p.kernels) > 1]
+    assert multi, "no multi-kernel softmax among 12 random programs"
+    for p in multi:
+        used = {a["ws"] for k in p.kernels for a in k.args if "ws" in a}
+        assert used == set(range(len(p.workspaces))) and all(n > 0 for n in p.workspaces)
+        assert {a["buf"] for k in p.kernels for a in k.args if "buf" in a} == {0, 1}
+
+
+def test_rename_and_split():
+    from tlm.measure.cuda_build import rename_kernels, split_source
+
+    src = '#define X 1\nextern "C" __global__ void main_kernel(float* A) {}\nextern "C" __global__ void main_kernel_1() {}\n'
+    pre, body = split_source(src)
+    assert pre == "#define X 1\n" and body.startswith('extern "C"')
+    out = rename_kernels(body, ["main_kernel", "main_kernel_1"], "p3_")
+    assert "p3_main_kernel(" in out and "p3_main_kernel_1(" in out and "p3_p3_" not in out
+
+
+PTXAS = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'p0_main_kernel' for 'sm_90a'
+ptxas info    : Function properties for p0_main_kernel
+    16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 6912 bytes smem, 384 bytes cmem[0]
+ptxas info    : Compiling entry function 'p1_main_kernel' for 'sm_90a'
+ptxas info    : Function properties for p1_main_kernel
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 32 registers, used 0 barriers, 384 bytes cmem[0]
+"""
+
+
+def test_ptxas_report_and_launch_limits():
+    from tlm.measure.cuda_build import CudaProgram, Kernel
+    from tlm.measure.nvcc import launch_error, parse_ptxas
+
+    res = parse_ptxas(PTXAS)
+    assert (res["p0_main_kernel"].registers, res["p0_main_kernel"].smem, res["p0_main_kernel"].spill_bytes) == (255, 6912, 12)
+    assert (res["p1_main_kernel"].registers, res["p1_main_kernel"].smem) == (32, 0)
+    small = CudaProgram("", [Kernel("main_kernel", [], [1, 1, 1], [256, 1, 1])], [])
+    big = CudaProgram("", [Kernel("main_kernel", [], [1, 1, 1], [512, 1, 1])], [])
+    assert launch_error(small, "p0_", res) is None  # 256 x 256 registers = 65536
+    assert "registers" in launch_error(big, "p0_", res)
+    assert launch_error(big, "p1_", res) is None
+    assert "ptxas" in launch_error(small, "p9_", res)
+
+
+def test_runner_draws_the_cpu_measurers_inputs():
+    """The runner has no TVM: its own make_inputs must draw exactly what the CPU measurer draws."""
+    from tlm.measure.cuda_measure import make_inputs
+    from tlm.measure.workers import make_inputs as cpu_inputs
+
+    args = [{"dtype": "float32", "shape": [3, 5]}, {"dtype": "int64", "shape": [4]}, {"dtype": "float32", "shape": [7]}]
+    ours = make_inputs(args, 3)
+    theirs = cpu_inputs([["TENSOR", a["dtype"], a["shape"]] for a in args], seed=3)
+    for a, b in zip(ours, theirs):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def test_sample_index_spreads_and_includes_the_ends():
+    from tlm.measure.gpu_bundle import sample_index
+
+    assert list(sample_index(5)) == [0, 1, 2, 3, 4]
+    idx = sample_index(10**6, 100)
+    assert idx[0] == 0 and idx[-1] == 10**6 - 1 and len(idx) == 100 and np.all(np.diff(idx) > 0)
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    """A two-task bundle (a matmul and a multi-kernel-prone softmax), 3 programs each."""
+    from tlm.measure.gpu_bundle import BundleConfig, build_bundle
+
+    out = tmp_path_factory.mktemp("bundle")
+    tasks = [W.matmul(64), W.softmax(16, 100)]
+    manifest = build_bundle(tasks, BundleConfig(per_task=3, jobs=1, task_seconds=30), out, progress=False)
+    return out, tasks, manifest
+
+
+def test_bundle_sentences_round_trip_and_plans(bundle, h200):
+    from tlm.space.design import task_space
+    from tlm.space.language import parse, render
+
+    out, tasks, manifest = bundle
+    assert manifest["card"] == "h200" and manifest["arch"] == "sm_90a"
+    for task, entry in zip(tasks, manifest["tasks"]):
+        assert entry["hash"] == task.hash and not entry.get("error")
+        assert len(entry["candidates"]) == 3 and entry["ref"]["kernels"]
+        assert (out / entry["check"]).exists() and entry["written"] == [len(task.args) - 1]
+        members = sorted(k for g in entry["groups"] for k in g["members"])
+        assert members == [0, 1, 2]
+        task_space(task, h200)
+        for c in entry["candidates"]:
+            assert render(parse(c["sentence"], task, h200), task, h200) == c["sentence"]
+            assert c["kernels"] and c["prefix"] == f"p{c['id']}_"
+
+
+def test_bundle_resumes_and_refuses_another_config(bundle):
+    from tlm.measure.gpu_bundle import BundleConfig, build_bundle
+
+    out, tasks, manifest = bundle
+    again = build_bundle(tasks, BundleConfig(per_task=3, jobs=1, task_seconds=30), out, progress=False)
+    assert [e["candidates"] for e in again["tasks"]] == [e["candidates"] for e in manifest["tasks"]]
+    with pytest.raises(TlmError):
+        build_bundle(tasks, BundleConfig(per_task=4, jobs=1), out, progress=False)
+
+
+def test_bundle_compiles_here(bundle, tmp_path):
+    """nvcc (the `cuda` extra) compiles every file of the bundle; ptxas reports each kernel."""
+    from tlm.measure.cuda_runner import run
+    from tlm.measure.nvcc import find_toolkit
+
+    if find_toolkit() is None:
+        pytest.skip("no nvcc: pip install -e '.[cuda]'")
+    out, _, manifest = bundle
+    summary = run(out, tmp_path / "r", seconds=600, jobs=2, hang_seconds=30, log=lambda *_: None, measure=False)
+    assert summary["compile_errors"] == 0
+    ready = [json.loads(x) for x in (tmp_path / "r" / "work" / "ready.jsonl").read_text().splitlines()]
+    assert {r["t"] for r in ready if "t" in r} == {e["hash"] for e in manifest["tasks"]} and ready[-1] == {"end": True}
+    for r in ready[:-1]:
+        entry = next(e for e in manifest["tasks"] if e["hash"] == r["t"])
+        for c in entry["candidates"]:
+            f = r["files"][str(c["id"])]
+            assert all(c["prefix"] + k["name"] in f["resources"] for k in c["kernels"])
+
+
+def _fake_run(folder, manifest, device="NVIDIA H200"):
+    """Results as the runner writes them, made up here: a unit test of the ingest's bookkeeping
+    (no GPU measured these numbers)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "device.json").write_text(json.dumps({"name": device}))
+    lines = []
+    for e in manifest["tasks"]:
+        lines.append({"t": e["hash"], "k": "ref", "lat": [1e-5], "err": None})
+        for c in e["candidates"]:
+            bad = c["id"] == 2
+            lines.append({"t": e["hash"], "k": c["id"], "lat": [] if bad else [2e-5, 3e-5], "err": "WrongResult: x" if bad else None})
+    (folder / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def test_ingest_files_records_under_the_card_once(bundle, tmp_path):
+    from tlm.measure.database import open_db
+    from tlm.measure.gpu_ingest import ingest_results
+    from tlm.measure.shards import read_shard, shard_paths
+
+    out, _, manifest = bundle
+    _fake_run(tmp_path / "run", manifest)
+    report = ingest_results(out, tmp_path / "run", str(tmp_path / "db"), str(tmp_path / "corpus"))
+    assert (report.records, report.ok, report.wrong) == (6, 4, 2)
+    (shard,) = shard_paths(tmp_path / "corpus")
+    assert shard.parent.name == "cuda-h200"
+    header, tasks, records = read_shard(shard)
+    assert json.loads(header["target_key"])["model"] == "h200" and len(tasks) == 2 and len(records) == 6
+    assert all(r["s"] and r["by"] == "random" for r in records)
+    assert "nothing ingested" in str(ingest_results(out, tmp_path / "run", str(tmp_path / "db"), str(tmp_path / "corpus")))
+    with open_db(str(tmp_path / "db")) as db:
+        assert db.count() == 6
+    _fake_run(tmp_path / "other", manifest, device="NVIDIA H100 80GB HBM3")
+    with pytest.raises(TlmError, match="measured on"):
+        ingest_results(out, tmp_path / "other", str(tmp_path / "db"), None)
+
+
+@pytest.mark.gpu
+def test_gpu_runner_measures_a_bundle(bundle, tmp_path):
+    """On a machine with an NVIDIA GPU, CuPy and nvcc: every program checked, most timed."""
+    pytest.importorskip("cupy", reason="needs CuPy and an NVIDIA GPU")
+    from tlm.measure.cuda_runner import run
+
+    out, _, manifest = bundle
+    summary = run(out, tmp_path / "r", seconds=300, jobs=4, hang_seconds=30, log=lambda *_: None)
+    assert summary["programs"] == 6 and summary["references_ok"] == 2 and summary["wrong"] == 0

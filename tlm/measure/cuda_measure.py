@@ -1,0 +1,339 @@
+"""The GPU runner's measuring process (tlm.measure.cuda_runner starts it): CuPy, numpy, no TVM.
+
+Task by task, as the parent lists them compiled in WORK/ready.jsonl: inputs drawn as the CPU
+measurer draws them, the reference program run first and checked against the CPU's outputs, each
+candidate run once and checked against the reference on every element of every buffer (the CPU
+measurer's tolerance), then timed with CUDA events, the L2 flushed before each repeat. A CUDA
+error is recorded as the candidate's fault and ends the process (its context may be lost); the
+parent starts another that goes on after it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+RTOL, ATOL = 1e-4, 1e-5  # tlm.measure.measurer.MeasureConfig's defaults
+SLOW_MS = 50.0  # a checked run this slow is the program's one reading
+TIMING_BUDGET_MS = 60.0  # GPU time for one program's repeats
+MIN_REPEAT, MAX_REPEAT = 3, 20
+
+
+# ---------------------------------------------------------------- files
+def append_line(path: Path, obj: dict[str, Any]) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(obj) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:  # a line cut by a kill
+            continue
+    return out
+
+
+# ---------------------------------------------------------------- measurement (child)
+def make_inputs(args: list[dict[str, Any]], seed: int) -> list:
+    """tlm.measure.workers.make_inputs, for a machine without TVM: the same draws."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for a in args:
+        shape = [int(s) for s in a["shape"]]
+        if str(a["dtype"]).startswith(("float", "bfloat")):
+            out.append(rng.uniform(-1.0, 1.0, size=shape).astype(a["dtype"]))
+        else:
+            out.append(np.zeros(shape, dtype=a["dtype"]))
+    return out
+
+
+def compare(got, want) -> str | None:
+    """tlm.measure.workers.compare on the GPU (CuPy arrays): None when they match."""
+    import cupy as cp
+
+    if got.shape != want.shape:
+        return f"shape {got.shape} != {want.shape}"
+    if want.dtype.kind != "f":
+        bad = int(cp.count_nonzero(got != want))
+        return f"{bad} elements differ" if bad else None
+    g = got.astype(cp.float32 if want.dtype.itemsize <= 4 else cp.float64, copy=False)
+    w = want.astype(g.dtype, copy=False)
+    gn, wn = cp.isnan(g), cp.isnan(w)
+    if bool(cp.any(gn != wn)):
+        return "NaN where the reference has none (or the reverse)"
+    if not w.size:
+        return None
+    diff = float(cp.max(cp.where(wn, 0, cp.abs(g - w))))
+    scale = float(cp.max(cp.where(wn, 0, cp.abs(w))))
+    limit = ATOL + RTOL * max(scale, 1.0)
+    return f"max abs diff {diff:.3g} > {limit:.3g}" if not diff <= limit else None
+
+
+class Measurer:
+    """Runs and times programs of one task at a time on GPU 0 (one CUDA context)."""
+
+    def __init__(self):
+        import cupy as cp
+
+        self.cp = cp
+        props = cp.cuda.runtime.getDeviceProperties(0)
+        self.flush = cp.empty(2 * int(props["l2CacheSize"]) or 1 << 27, dtype=cp.uint8)
+        self.stream = cp.cuda.Stream.null  # one stream: copies, kernels, flushes and events in order
+        self.modules: dict[str, Any] = {}
+
+    def function(self, cubin: str, name: str):
+        if cubin not in self.modules:
+            self.modules[cubin] = self.cp.RawModule(path=cubin)
+        return self.modules[cubin].get_function(name)
+
+    def launcher(self, cubin: str, prefix: str, plan: dict[str, Any]):
+        """A function that launches the program's kernels on given buffers, in order."""
+        import numpy as np
+
+        cp = self.cp
+        kernels = [(self.function(cubin, prefix + k["name"]), k) for k in plan["kernels"]]
+        workspaces = [cp.empty(max(1, int(n)), dtype=cp.uint8) for n in plan["workspaces"]]
+
+        def launch(buffers):
+            for fn, k in kernels:
+                args = []
+                for a in k["args"]:
+                    if "buf" in a:
+                        args.append(buffers[a["buf"]])
+                    elif "ws" in a:
+                        args.append(workspaces[a["ws"]])
+                    else:
+                        args.append(np.int32(a["int"]))
+                fn(tuple(k["grid"]), tuple(k["block"]), tuple(args), shared_mem=int(k.get("smem", 0)),
+                   stream=self.stream)
+
+        return launch
+
+    def _flush(self) -> None:
+        self.cp.cuda.runtime.memsetAsync(self.flush.data.ptr, 0, self.flush.nbytes, self.stream.ptr)
+
+    def run_checked(self, launch, pristine) -> tuple[list, float]:
+        """One run on fresh copies of the inputs: (buffers after it, its time in ms)."""
+        cp = self.cp
+        bufs = [p.copy() for p in pristine]
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        self.stream.synchronize()
+        self._flush()
+        start.record(self.stream)
+        launch(bufs)
+        end.record(self.stream)
+        end.synchronize()
+        return bufs, cp.cuda.get_elapsed_time(start, end)
+
+    def time(self, launch, bufs, first_ms: float) -> list[float]:
+        """Latencies in seconds: the checked run alone when slow, else a warm-up and repeats."""
+        cp = self.cp
+        if first_ms >= SLOW_MS:
+            return [first_ms / 1e3]
+        launch(bufs)  # warm-up (instruction cache, TLB)
+        n = int(min(MAX_REPEAT, max(MIN_REPEAT, TIMING_BUDGET_MS // max(first_ms, 1e-3))))
+        events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(n)]
+        for start, end in events:
+            self._flush()
+            start.record(self.stream)
+            launch(bufs)
+            end.record(self.stream)
+        events[-1][1].synchronize()
+        return [cp.cuda.get_elapsed_time(s, e) / 1e3 for s, e in events]
+
+
+def _task_inputs(entry: dict[str, Any], bundle: Path):
+    """(inputs, CPU check arrays, error): inputs as the CPU drew them, or why not."""
+    import numpy as np
+
+    inputs = make_inputs(entry["args"], int(entry["seed"]))
+    check = dict(np.load(bundle / entry["check"]))
+    for i, x in enumerate(inputs):
+        head = check.get(f"head{i}")
+        if head is not None and not np.array_equal(x.reshape(-1)[: head.size], head):
+            return None, None, f"the inputs drawn here differ from the CPU's (buffer {i})"
+    return inputs, check, None
+
+
+def _cpu_mismatch(bufs, pristine, check: dict[str, Any], written: list[int]) -> str | None:
+    """Compare buffers with the CPU's outputs at the sampled elements."""
+    import cupy as cp
+
+    from tlm.measure.gpu_bundle import sample_index
+
+    for i, b in enumerate(bufs):
+        flat = b.reshape(-1)
+        if i in written:
+            idx = cp.asarray(sample_index(flat.size))
+            reason = compare(flat[idx], cp.asarray(check[f"val{i}"]))
+        else:
+            reason = compare(flat, pristine[i].reshape(-1))
+        if reason:
+            return f"buffer {i}: {reason}"
+    return None
+
+
+def measure_task(m: Measurer, entry: dict[str, Any], compiled: dict[str, Any], bundle: Path, results: Path,
+                 done: set, progress: Path, arch_limits: dict[str, int], stop=lambda: False) -> None:
+    """Measure the task's reference and candidates not in `done`; a line per result."""
+    import cupy as cp
+
+    from tlm.measure.cuda_build import CudaProgram, Kernel
+    from tlm.measure.nvcc import KernelResources, launch_error
+
+    h = entry["hash"]
+    inputs, check, err = _task_inputs(entry, bundle)
+    if err:
+        for c in entry.get("candidates", []):
+            if (h, c["id"]) not in done:
+                append_line(results, {"t": h, "k": c["id"], "lat": [], "err": err})
+        return
+    pristine = [cp.asarray(x) for x in inputs]
+    written = list(entry.get("written", []))
+
+    def plan_error(plan: dict[str, Any], prefix: str, file: dict[str, Any] | None) -> str | None:
+        if file is None or "error" in file:
+            return (file or {}).get("error", "not compiled")
+        res = {k: KernelResources(**v) for k, v in file["resources"].items()}
+        prog = CudaProgram("", [Kernel(**k) for k in plan["kernels"]], plan["workspaces"])
+        return launch_error(prog, prefix, res, **arch_limits)
+
+    def resources(plan: dict[str, Any], prefix: str, file: dict[str, Any]) -> dict[str, Any]:
+        res = [file["resources"].get(prefix + k["name"], {}) for k in plan["kernels"]]
+        return {"regs": [r.get("registers") for r in res], "smem": [r.get("smem") for r in res],
+                "spill": sum(r.get("spill_bytes", 0) for r in res)}
+
+    expected = None  # the reference's buffers, once checked against the CPU
+    ref = entry.get("ref")
+    ref_file = compiled.get("ref")
+    if ref and (h, "ref") not in done:
+        write_progress(progress, h, "ref")
+        line: dict[str, Any] = {"t": h, "k": "ref", "lat": [], "err": None}
+        line["err"] = plan_error(ref, ref["prefix"], ref_file)
+        try:
+            if not line["err"]:
+                launch = m.launcher(ref_file["cubin"], ref["prefix"], ref)
+                bufs, first = m.run_checked(launch, pristine)
+                line["err"] = _cpu_mismatch(bufs, pristine, check, written)
+                if line["err"]:
+                    line["err"] = f"WrongResult against the CPU: {line['err']}"
+                else:
+                    expected = bufs
+                    line["lat"] = m.time(launch, [b.copy() for b in bufs], first)
+                line.update(resources(ref, ref["prefix"], ref_file))
+        except Exception as err:
+            line["err"], line["lat"], expected = f"fault: {type(err).__name__}: {_one_line(err)}", [], None
+            append_line(results, line)
+            if _is_cuda_error(err):
+                raise SystemExit(3) from None
+            line = None
+        if line is not None:
+            append_line(results, line)
+    elif ref and ref_file and "cubin" in ref_file:  # resumed: run it again for the expected outputs
+        launch = m.launcher(ref_file["cubin"], ref["prefix"], ref)
+        bufs, _ = m.run_checked(launch, pristine)
+        if _cpu_mismatch(bufs, pristine, check, written) is None:
+            expected = bufs
+    for c in entry.get("candidates", []):
+        k = c["id"]
+        if (h, k) in done:
+            continue
+        if stop():
+            return
+        write_progress(progress, h, k)
+        file = compiled["files"].get(str(k))
+        line = {"t": h, "k": k, "lat": [], "err": plan_error(c, c["prefix"], file)}
+        try:
+            if not line["err"]:
+                launch = m.launcher(file["cubin"], c["prefix"], c)
+                bufs, first = m.run_checked(launch, pristine)
+                if expected is not None:
+                    line["check"] = "reference"
+                    reasons = [compare(b, e) for b, e in zip(bufs, expected)]
+                    bad = [f"buffer {i}: {r}" for i, r in enumerate(reasons) if r]
+                    line["err"] = f"WrongResult: {bad[0]}" if bad else None
+                else:  # no checked reference: the CPU's sampled elements decide
+                    line["check"] = "cpu-sample"
+                    reason = _cpu_mismatch(bufs, pristine, check, written)
+                    line["err"] = f"WrongResult: {reason}" if reason else None
+                if not line["err"]:
+                    line["lat"] = m.time(launch, bufs, first)
+                line.update(resources(c, c["prefix"], file))
+        except Exception as err:  # a CUDA error may have taken the context: record it, start anew
+            line["err"] = f"fault: {type(err).__name__}: {_one_line(err)}"
+            line["lat"] = []
+            append_line(results, line)
+            if _is_cuda_error(err):
+                raise SystemExit(3) from None
+            continue
+        append_line(results, line)
+
+
+def _one_line(err: BaseException) -> str:
+    lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
+    return (lines[-1] if lines else "")[:300]
+
+
+def _is_cuda_error(err: BaseException) -> bool:
+    return "cuda" in type(err).__module__.lower() or "CUDA" in type(err).__name__
+
+
+def write_progress(path: Path, task: str, k) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"t": task, "k": k, "at": time.time()}))
+    os.replace(tmp, path)
+
+
+def child_main(bundle: Path, work: Path, out: Path) -> int:
+    """Measure tasks as the parent lists them in work/ready.jsonl, until END or STOP."""
+    from tlm.measure.gpu_bundle import read_manifest
+
+    manifest = read_manifest(bundle)
+    entries = {e["hash"]: e for e in manifest["tasks"]}
+    results = out / "results.jsonl"
+    done = {(r["t"], r["k"]) for r in read_lines(results)}
+    m = Measurer()
+    limits = {"max_smem": int(manifest["target"].get("max_shared_memory_per_block", 49152)),
+              "registers_per_sm": int(manifest["target"].get("registers_per_block", 65536)),
+              "max_threads": int(manifest["target"].get("max_threads_per_block", 1024))}
+    seen = 0
+    measured: set[str] = set()
+    while True:
+        if (work / "STOP").exists():
+            return 0
+        lines = read_lines(work / "ready.jsonl")
+        for ready in lines[seen:]:
+            seen += 1
+            if ready.get("end"):
+                return 0
+            h = ready["t"]
+            if h in measured:
+                continue
+            try:
+                measure_task(m, entries[h], ready, bundle, results, done, work / "progress.json", limits,
+                             stop=lambda: (work / "STOP").exists())
+            except SystemExit:
+                raise
+            except Exception as err:  # a task-level failure: its programs' records say why
+                why = f"task failed on the GPU machine: {type(err).__name__}: {_one_line(err)}"
+                for c in entries[h].get("candidates", []):
+                    if (h, c["id"]) not in done:
+                        append_line(results, {"t": h, "k": c["id"], "lat": [], "err": why})
+                if _is_cuda_error(err):
+                    raise SystemExit(3) from None
+            done |= {(r["t"], r["k"]) for r in read_lines(results) if r["t"] == h}
+            measured.add(h)
+            if (work / "STOP").exists():
+                return 0
+        time.sleep(0.05)

@@ -1,0 +1,256 @@
+"""The GPU runner: measures a bundle (tlm.measure.gpu_bundle) on a machine with an NVIDIA GPU.
+
+    python -m tlm.measure.cuda_runner BUNDLE --out DIR [--seconds S] [--jobs N]
+
+Needs Python, numpy, CuPy and nvcc (no TVM). Two things run at once:
+- compilation: the bundle's CUDA C files, one `nvcc -cubin` per file, on N processes
+  (tlm.measure.nvcc; ptxas's resource report refuses a program that could not launch);
+- measurement, in a child process (tlm.measure.cuda_measure), task by task as their files are
+  compiled: inputs drawn as the CPU measurer draws them (uniform in [-1, 1], integers zero), the
+  reference program (TVM's rule-based schedule) run first and checked against the CPU's outputs
+  in the bundle, then each candidate run once and checked against the reference on every element
+  of every buffer (the CPU measurer's tolerance), then timed: CUDA events around its kernels, the
+  L2 flushed before each repeat (a memset of twice its size), one warm-up, the median kept.
+A kernel that faults takes the CUDA context with it: the child records the fault as that
+candidate's error and exits, and the parent starts a new child that goes on after it; a
+candidate still running after --hang-seconds is stopped the same way. Every result is a line of
+DIR/results.jsonl, written as it is known, so a run stopped anywhere keeps what it measured, and
+a second run with the same DIR measures only what is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tlm.measure.cuda_measure import append_line, read_lines
+
+MAX_RESTARTS = 200
+
+
+# ---------------------------------------------------------------- compilation (parent)
+def compile_file(src: str, cubin: str, arch: str) -> dict[str, Any]:
+    """One bundle source file -> cubin; ptxas's report per kernel (in a pool worker)."""
+    from dataclasses import asdict
+
+    from tlm.measure.nvcc import compile_source, parse_ptxas, require_toolkit
+
+    start = time.perf_counter()
+    with lzma.open(src, "rt") as f:
+        code = f.read()
+    data, report = compile_source(require_toolkit(), code, arch)
+    out: dict[str, Any] = {"src": src, "seconds": round(time.perf_counter() - start, 3)}
+    if data is None:
+        out["error"] = f"nvcc: {report}"
+        return out
+    tmp = cubin + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, cubin)
+    out["cubin"] = cubin
+    out["resources"] = {k: asdict(v) for k, v in parse_ptxas(report).items()}
+    return out
+
+
+def device_info() -> dict[str, Any]:
+    import cupy as cp
+
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return {"name": name, "cc": f"{props['major']}.{props['minor']}", "sms": props["multiProcessorCount"],
+            "l2_bytes": props["l2CacheSize"], "memory_bytes": props["totalGlobalMem"],
+            "smem_per_block_optin": props.get("sharedMemPerBlockOptin"),
+            "driver": cp.cuda.runtime.driverGetVersion(), "runtime": cp.cuda.runtime.runtimeGetVersion(),
+            "cupy": cp.__version__}
+
+
+# ---------------------------------------------------------------- the parent
+def run(bundle: Path, out: Path, seconds: float, jobs: int, hang_seconds: float, log=print,
+        measure: bool = True, work: Path | None = None) -> dict[str, Any]:
+    """Compile and measure the bundle (measure=False: compile only, no GPU needed); the cubins
+    and the hand-over files go to `work` (default OUT/work)."""
+    from concurrent.futures import ProcessPoolExecutor, wait, FIRST_COMPLETED
+
+    from tlm.measure.gpu_bundle import read_manifest
+
+    start = time.time()
+    manifest = read_manifest(bundle)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(work or out / "work")
+    (work / "cubin").mkdir(parents=True, exist_ok=True)
+    for name in ("ready.jsonl", "STOP", "progress.json"):
+        (work / name).unlink(missing_ok=True)
+    info = device_info() if measure else {"name": "none (compile only)", "cc": "-", "sms": 0, "l2_bytes": 0}
+    (out / "device.json").write_text(json.dumps(info, indent=1))
+    card = manifest.get("card", "")
+    log(f"device: {info['name']} (cc {info['cc']}, {info['sms']} SMs, L2 {info['l2_bytes'] >> 20} MiB); bundle for {card or manifest['arch']}")
+    results = out / "results.jsonl"
+    done = {(r["t"], r["k"]) for r in read_lines(results)}
+    arch = manifest["arch"]
+    # compile jobs: every file of every task with something left to measure, in manifest order
+    pending: dict[str, dict[str, Any]] = {}
+    jobs_list = []
+    for e in manifest["tasks"]:
+        left = [c["id"] for c in e.get("candidates", []) if (e["hash"], c["id"]) not in done]
+        if not left and (e["hash"], "ref") in done:
+            continue
+        files = list(e.get("groups", []))
+        if e.get("ref"):
+            files.append({"src": e["ref"]["src"], "members": ["ref"]})
+        pending[e["hash"]] = {"t": e["hash"], "files": {}, "left": len(files)}
+        for f in files:
+            cubin = str(work / "cubin" / (Path(f["src"]).name.replace(".cu.xz", ".cubin")))
+            jobs_list.append((e["hash"], f["members"], str(bundle / f["src"]), cubin))
+    log(f"{len(pending)} tasks to measure, {len(jobs_list)} files to compile on {jobs} processes")
+
+    def ready(h: str) -> None:
+        p = pending[h]
+        append_line(work / "ready.jsonl", {"t": h, "files": p["files"], "ref": p.get("ref")})
+
+    for h, p in pending.items():
+        if p["left"] == 0:
+            ready(h)
+    child = None
+    restarts = 0
+    compiled_s = 0.0
+
+    root = str(Path(__file__).resolve().parents[2])  # the folder that holds the tlm package
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+
+    def start_child():
+        if not measure:
+            return None
+        return subprocess.Popen([sys.executable, "-m", "tlm.measure.cuda_runner", str(bundle), "--out", str(out),
+                                 "--work", str(work), "--child"], stdout=open(out / "child.log", "a"), stderr=subprocess.STDOUT, env=env)
+
+    def supervise() -> None:
+        nonlocal child, restarts
+        if not measure or restarts > MAX_RESTARTS:
+            return
+        if child is None:
+            child = start_child()
+            return
+        code = child.poll()
+        prog = work / "progress.json"
+        hung = False
+        if code is None and prog.exists():
+            try:
+                state = json.loads(prog.read_text())
+            except ValueError:
+                state = {}
+            hung = state and time.time() - state.get("at", time.time()) > hang_seconds
+        if code is None and not hung:
+            return
+        if code == 0 and not hung:
+            return
+        if hung:
+            child.kill()
+            child.wait()
+        # the candidate in progress is the one that faulted (or hung): its record says so
+        try:
+            state = json.loads(prog.read_text())
+        except (OSError, ValueError):
+            state = None
+        if state and (state["t"], state["k"]) not in {(r["t"], r["k"]) for r in read_lines(results)}:
+            why = f"hung over {hang_seconds:.0f} s" if hung else f"runner died (exit {code}): {_tail(out / 'child.log')}"
+            append_line(results, {"t": state["t"], "k": state["k"], "lat": [], "err": f"fault: {why}"})
+        prog.unlink(missing_ok=True)
+        restarts += 1
+        if restarts > MAX_RESTARTS:
+            log(f"the measuring process died {restarts} times: measurement stopped")
+            child = None
+            return
+        child = start_child()
+
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(compile_file, src, cubin, arch): (h, members) for h, members, src, cubin in jobs_list}
+        remaining = set(futures)
+        while remaining and time.time() - start < seconds:
+            finished, remaining = wait(remaining, timeout=0.5, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                h, members = futures[fut]
+                res = fut.result()
+                compiled_s += res["seconds"]
+                append_line(out / "compile.jsonl", {"t": h, "src": Path(res["src"]).name, "s": res["seconds"],
+                                                "err": res.get("error")})
+                entry = {k: v for k, v in res.items() if k != "src"}
+                for k in members:
+                    if k == "ref":
+                        pending[h]["ref"] = entry
+                    else:
+                        pending[h]["files"][str(k)] = entry
+                pending[h]["left"] -= 1
+                if pending[h]["left"] == 0:
+                    ready(h)
+            supervise()
+        for fut in remaining:
+            fut.cancel()
+        append_line(work / "ready.jsonl", {"end": True})
+        while measure and time.time() - start < seconds:
+            supervise()
+            if child is not None and child.poll() == 0:
+                break
+            time.sleep(0.2)
+        if child is not None and child.poll() is None:
+            (work / "STOP").write_text("deadline")
+            try:
+                child.wait(timeout=max(hang_seconds, 30))
+            except subprocess.TimeoutExpired:
+                child.kill()
+    lines = read_lines(results)
+    ok = [r for r in lines if not r["err"] and r["k"] != "ref"]
+    summary = {"device": info, "bundle": str(bundle), "card": card, "seconds": round(time.time() - start, 1),
+               "programs": sum(1 for r in lines if r["k"] != "ref"), "measured_ok": len(ok),
+               "wrong": sum(1 for r in lines if (r["err"] or "").startswith("WrongResult")),
+               "faults": sum(1 for r in lines if (r["err"] or "").startswith("fault")),
+               "references_ok": sum(1 for r in lines if r["k"] == "ref" and not r["err"]),
+               "child_restarts": restarts, "compile_cpu_s": round(compiled_s, 1),
+               "compile_errors": sum(1 for p in pending.values() for f in list(p["files"].values()) + [p.get("ref") or {}]
+                                     if "error" in f)}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    log(json.dumps(summary))
+    return summary
+
+
+def _tail(path: Path) -> str:
+    try:
+        lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tlm.measure.cuda_runner", description=__doc__.splitlines()[0])
+    p.add_argument("bundle")
+    p.add_argument("--out", required=True)
+    p.add_argument("--seconds", type=float, default=420.0, help="stop compiling and measuring after this long")
+    p.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="nvcc processes")
+    p.add_argument("--hang-seconds", type=float, default=30.0)
+    p.add_argument("--compile-only", action="store_true", help="compile and check resources only (no GPU)")
+    p.add_argument("--work", default=None, help="cubins and hand-over files (default OUT/work)")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    bundle, out = Path(args.bundle), Path(args.out)
+    if args.child:
+        from tlm.measure.cuda_measure import child_main
+
+        return child_main(bundle, Path(args.work or out / "work"), out)
+    try:
+        run(bundle, out, args.seconds, args.jobs, args.hang_seconds, measure=not args.compile_only,
+            work=Path(args.work) if args.work else None)
+    except Exception as err:  # a one-line error, the results so far kept
+        print(f"error: {str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,327 @@
+"""Measurement bundles: GPU programs built here (no GPU), measured on a machine with one.
+
+    tlm gpu bundle --target h200 --sources bert_tiny-b1-s64 ... --per-task 10 --out DIR
+
+A bundle is a folder that travels to the GPU machine:
+
+    tasks.json.xz      the tasks with their TIR (for the records, tlm.measure.gpu_ingest)
+    manifest.json.gz   target, card, and per task: arguments, input seed, the CPU check file,
+                       the reference program, the candidates (sentence + launch plan), and the
+                       source files (one per preamble group) that hold their kernels
+    src/*.cu.xz        CUDA C: TVM's preamble, then the kernels of several programs, renamed
+                       p<k>_<name> for candidate k and ref_<name> for the reference
+    checks/*.npz       the untuned program's outputs on this CPU (tlm.measure.reference), on the
+                       inputs `make_inputs(args, seed)`: of every buffer it writes, the elements at
+                       `sample_index` (evenly spread), and the first inputs (to see that the GPU
+                       machine's numpy draws the same ones)
+
+Candidates are distinct random programs of the task's CUDA design spaces that MetaSchedule's GPU
+postprocessors accept (VerifyGPUCode: shared memory, threads), as tensor sentences. The
+reference is TVM's rule-based GPU schedule of the task (`tvm.s_tir.dlight`): the runner runs it
+first, checks it against the CPU's outputs, and then checks every candidate against it on every
+element. Tasks are built in worker processes, each task written in one piece, so an interrupted
+build resumes with the tasks it has not written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import lzma
+import os
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from tlm.errors import TlmError
+from tlm.graph.target import TargetInfo, resolve_target
+from tlm.graph.tasks import Task
+from tlm.measure.cuda_build import CudaProgram, lower_cuda, rename_kernels, split_source
+
+MANIFEST = "manifest.json.gz"
+BUNDLE_VERSION = 1
+SAMPLE_ELEMENTS = 2048  # a written buffer is checked against the CPU on this many elements
+REF_PREFIX = "ref_"
+TASKS_FILE = "tasks.json.xz"  # the bundle's tasks with their TIR (for the records of its results)
+
+
+@dataclass
+class BundleConfig:
+    target: str = "h200"
+    per_task: int = 10
+    seed: int = 0
+    jobs: int = 2
+    task_seconds: float = 60.0  # sampling time per task at most (GPU spaces reject most samples)
+    max_tries_per_program: int = 40
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def dlight_program(task: Task, target: TargetInfo) -> CudaProgram:
+    """TVM's rule-based GPU schedule of the task (zero measurements), lowered."""
+    import tvm
+    from tvm.s_tir import dlight as dl
+
+    try:  # on a fresh copy: dlight's schedules write into the module they are given
+        with target.tvm():
+            mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
+                                          dl.gpu.GeneralReduction(), dl.gpu.Fallback())(tvm.ir.load_json(task.mod_json))
+    except Exception as err:  # a task dlight cannot schedule
+        lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
+        return CudaProgram(error=f"dlight: {(lines[-1] if lines else type(err).__name__)[:300]}")
+    return lower_cuda(tvm.IRModule({"main": mod["main"]}), target)
+
+
+def sample_programs(task: Task, target: TargetInfo, n: int, seed: int, seconds: float,
+                    max_tries: int) -> tuple[list[tuple[int, str, CudaProgram]], dict[str, Any]]:
+    """Up to n distinct valid random programs (space, sentence, lowered); and the counts."""
+    from tlm.space.design import random_policy, task_space, walk
+    from tlm.space.language import render
+
+    space = task_space(task, target)
+    rng = random.Random(seed)
+    policy = random_policy(rng)
+    seen: set[str] = set()
+    out: list[tuple[int, str, CudaProgram]] = []
+    tries = rejected = lowering = 0
+    first_error = None
+    start = time.perf_counter()
+    while len(out) < n and tries < max_tries * n and time.perf_counter() - start < seconds:
+        tries += 1
+        prog = walk(space, policy)
+        if prog.error:
+            rejected += 1
+            first_error = first_error or prog.error
+            continue
+        sentence = render(prog, task, target)
+        if sentence in seen:
+            continue
+        seen.add(sentence)
+        cuda = lower_cuda(prog.sch.mod, target)
+        if cuda.error:
+            lowering += 1
+            first_error = first_error or cuda.error
+            continue
+        out.append((prog.space, sentence, cuda))
+    stats = {"tries": tries, "rejected": rejected, "lowering_errors": lowering, "first_error": first_error,
+             "sample_s": round(time.perf_counter() - start, 2)}
+    return out, stats
+
+
+def sample_index(size: int, n: int = SAMPLE_ELEMENTS):
+    """The flat indices of a buffer checked against the CPU: all, or n spread evenly (first and
+    last included). The runner computes the same ones."""
+    import numpy as np
+
+    return np.unique(np.linspace(0, size - 1, min(n, size)).round().astype(np.int64)) if size else np.zeros(0, np.int64)
+
+
+def arg_infos(task: Task) -> list:
+    return [["TENSOR", a["dtype"], a["shape"]] for a in task.args]
+
+
+def cpu_check(task: Task, seed: int, path: Path) -> dict[str, Any]:
+    """Run the untuned task on this CPU and save what the GPU runner checks against."""
+    import numpy as np
+    import tvm
+
+    from tlm.graph.target import host_target
+    from tlm.measure.reference import fast_reference
+    from tlm.measure.workers import make_inputs
+
+    inputs = make_inputs(arg_infos(task), seed=seed)
+    lib = tvm.compile(fast_reference(tvm.ir.load_json(task.mod_json)), target=host_target().tvm())
+    dev = tvm.cpu()
+    tensors = [tvm.runtime.tensor(x, dev) for x in inputs]
+    lib["main"](*tensors)
+    arrays: dict[str, Any] = {}
+    written = []
+    for i, (x, t) in enumerate(zip(inputs, tensors)):
+        out = t.numpy()
+        arrays[f"head{i}"] = x.reshape(-1)[:16].copy()
+        same = np.array_equal(out, x, equal_nan=True) if out.dtype.kind == "f" else np.array_equal(out, x)
+        if same:  # the runner checks that such a buffer still holds its input
+            continue
+        written.append(i)
+        arrays[f"val{i}"] = out.reshape(-1)[sample_index(out.size)]
+    np.savez_compressed(path, **arrays)
+    return {"written": written}
+
+
+def _write_xz(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with lzma.open(tmp, "wt", preset=6) as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _groups(programs: list[tuple[str, CudaProgram]]) -> list[tuple[str, list[int]]]:
+    """Programs by preamble (TVM adds helpers, e.g. cp.async, to some programs' preambles)."""
+    by: dict[str, list[int]] = {}
+    for k, (_, cuda) in enumerate(programs):
+        by.setdefault(split_source(cuda.source)[0], []).append(k)
+    return list(by.items())
+
+
+def build_task(job: dict[str, Any]) -> dict[str, Any]:
+    """One task (in a worker process): sample, lower, reference, CPU check; its manifest entry."""
+    from tlm.space.intrin import light_tensor_intrin
+
+    light_tensor_intrin()
+    task = Task.from_json(job["task"])
+    target: TargetInfo = job["target"]
+    cfg: BundleConfig = job["config"]
+    out = Path(job["out"])
+    entry: dict[str, Any] = {"hash": task.hash, "name": task.name, "kind": task.kind, "flops": task.flops,
+                             "weight": task.weight, "args": task.args, "seed": cfg.seed}
+    start = time.perf_counter()
+    try:
+        from tlm.space.sampling import task_seed
+
+        progs, stats = sample_programs(task, target, cfg.per_task, task_seed(cfg.seed, task.hash),
+                                       cfg.task_seconds, cfg.max_tries_per_program)
+        entry.update(stats)
+        ref = dlight_program(task, target)
+        entry["ref_error"] = ref.error
+        check = out / "checks" / f"{task.hash}.npz"
+        entry.update(cpu_check(task, cfg.seed, check))
+        entry["check"] = f"checks/{task.hash}.npz"
+    except Exception as err:  # one bad task never stops the bundle
+        lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
+        entry["error"] = (lines[-1] if lines else type(err).__name__)[:300]
+        return entry
+    files = []
+    if not ref.error:
+        preamble, kernels = split_source(ref.source)
+        rel = f"src/{task.hash}-ref.cu.xz"
+        _write_xz(out / rel, preamble + rename_kernels(kernels, [k.name for k in ref.kernels], REF_PREFIX))
+        entry["ref"] = {"src": rel, "prefix": REF_PREFIX, **ref.plan()}
+    entry["candidates"] = []
+    for g, (preamble, members) in enumerate(_groups([(s, c) for _, s, c in progs])):
+        rel = f"src/{task.hash}-g{g}.cu.xz"
+        bodies = []
+        for k in members:
+            cuda = progs[k][2]
+            bodies.append(rename_kernels(split_source(cuda.source)[1], [kn.name for kn in cuda.kernels], f"p{k}_"))
+        _write_xz(out / rel, preamble + "\n".join(bodies))
+        files.append({"src": rel, "members": members})
+    for k, (space, sentence, cuda) in enumerate(progs):
+        entry["candidates"].append({"id": k, "space": space, "sentence": sentence, "prefix": f"p{k}_", **cuda.plan()})
+    entry["groups"] = files
+    entry["build_s"] = round(time.perf_counter() - start, 2)
+    return entry
+
+
+def _entries_dir(out: Path) -> Path:
+    return out / "tasks"
+
+
+def build_bundle(tasks: list[Task], cfg: BundleConfig, out: str | Path, progress: bool = True) -> dict[str, Any]:
+    """Build (or resume) a bundle of `tasks` under `out`; returns the manifest."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    out = Path(out)
+    target = resolve_target(cfg.target)
+    if target.kind != "cuda":
+        raise TlmError(f"bad target {cfg.target!r}: a GPU bundle needs a CUDA target")
+    for sub in ("src", "checks", "tasks"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    cfg_path = out / "config.json"
+    if cfg_path.exists():
+        old = json.loads(cfg_path.read_text())
+        if old != cfg.to_json():
+            raise TlmError(f"{out} was built with another config ({cfg_path}): use another --out")
+    else:
+        cfg_path.write_text(json.dumps(cfg.to_json(), indent=1))
+    todo = [t for t in tasks if not (_entries_dir(out) / f"{t.hash}.json").exists()]
+    jobs = [{"task": t.to_json(with_mod=True), "target": target, "config": cfg, "out": str(out)} for t in todo]
+    done = len(tasks) - len(todo)
+    if jobs:
+        with ProcessPoolExecutor(max_workers=max(1, cfg.jobs)) as pool:
+            futures = [pool.submit(build_task, j) for j in jobs]
+            for fut in as_completed(futures):
+                entry = fut.result()
+                path = _entries_dir(out) / f"{entry['hash']}.json"
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text(json.dumps(entry))
+                os.replace(tmp, path)
+                done += 1
+                if progress:
+                    n = len(entry.get("candidates", []))
+                    print(f"[{done}/{len(tasks)}] {entry['name']}: {n} programs"
+                          + (f" ({entry['error']})" if entry.get("error") else ""), flush=True)
+    write_tasks(out, tasks)
+    return write_manifest(out, [t.hash for t in tasks], target)
+
+
+def write_tasks(out: Path, tasks: list[Task]) -> None:
+    """The tasks with their TIR, for the records of the results (tlm.measure.gpu_ingest)."""
+    _write_xz(out / TASKS_FILE, json.dumps([t.to_json(with_mod=True) for t in tasks]))
+
+
+def write_manifest(out: Path, order: list[str], target: TargetInfo) -> dict[str, Any]:
+    entries = []
+    for h in order:
+        path = _entries_dir(out) / f"{h}.json"
+        if path.exists():
+            entries.append(json.loads(path.read_text()))
+    manifest = {"version": BUNDLE_VERSION, "target": target.config, "card": target.config.get("model", ""),
+                "arch": target.cpu, "created": time.time(), "tasks": entries}
+    tmp = out / (MANIFEST + ".tmp")
+    with gzip.open(tmp, "wt") as f:
+        json.dump(manifest, f)
+    os.replace(tmp, out / MANIFEST)
+    return manifest
+
+
+def read_manifest(bundle: str | Path) -> dict[str, Any]:
+    path = Path(bundle) / MANIFEST
+    if not path.exists():
+        raise TlmError(f"{bundle} is not a GPU bundle (no {MANIFEST})")
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
+
+
+def read_tasks(bundle: str | Path) -> dict[str, Task]:
+    path = Path(bundle) / TASKS_FILE
+    if not path.exists():
+        raise TlmError(f"{bundle}: no {TASKS_FILE} (not a GPU bundle?)")
+    with lzma.open(path, "rt") as f:
+        return {t["hash"]: Task.from_json(t) for t in json.load(f)}
+
+
+def bundle_tasks(sources: list[str], target: TargetInfo, hold_out: str, limit: int | None) -> list[Task]:
+    from tlm.space.sampling import corpus_tasks
+
+    tasks, _ = corpus_tasks(sources, hold_out, target)
+    return tasks[:limit] if limit else tasks
+
+
+def _cmd_bundle(args: argparse.Namespace) -> int:
+    cfg = BundleConfig(target=args.target, per_task=args.per_task, seed=args.seed, jobs=args.jobs,
+                       task_seconds=args.task_seconds)
+    target = resolve_target(args.target)
+    tasks = bundle_tasks(args.sources, target, args.hold_out, args.limit)
+    manifest = build_bundle(tasks, cfg, args.out)
+    n = sum(len(t.get("candidates", [])) for t in manifest["tasks"])
+    print(f"{args.out}: {len(manifest['tasks'])} tasks, {n} programs for {manifest['card'] or manifest['arch']}")
+    return 0
+
+
+def add_bundle_cli(sub) -> None:
+    """`tlm gpu bundle` (tlm.measure.gpu_cli)."""
+    p = sub.add_parser("bundle", help="build a GPU measurement bundle here (no GPU needed)")
+    p.add_argument("--target", default="h200", help="a GPU name (h100, h200, a100, ...) or a CUDA target dict")
+    p.add_argument("--sources", nargs="+", default=["train-set"], help="workloads (zoo names, train-set)")
+    p.add_argument("--hold-out", default="test", choices=["test", "none"], help="drop tasks of the test workloads")
+    p.add_argument("--per-task", type=int, default=10)
+    p.add_argument("--limit", type=int, default=None, help="first N tasks only")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--task-seconds", type=float, default=60.0)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_cmd_bundle)

@@ -1,0 +1,93 @@
+"""A GPU run's results (tlm.measure.cuda_runner) -> records -> the corpus's shards.
+
+Each candidate's line becomes one record of the bundle's target (the card's TVM config, `model`
+included: `cuda-h200` in the corpus), proposer `random`, its sentence as the program. The run's
+device must be the bundle's card: a result measured on another card is refused, never filed
+under the wrong hardware. The reference (TVM's dlight schedule) is not a program of the design
+spaces; its timings stay in the run's folder (results.jsonl, `k: "ref"`). Ingesting the same
+results twice adds nothing (their digest is kept in the database).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tlm.errors import TlmError
+from tlm.graph.tasks import Task
+
+_META = "gpu_ingested"
+
+
+@dataclass
+class GpuIngestReport:
+    records: int
+    ok: int
+    wrong: int
+    errors: int
+    shards: list[str]
+    skipped: str | None = None
+
+    def __str__(self) -> str:
+        if self.skipped:
+            return f"nothing ingested: {self.skipped}"
+        return (f"{self.records} records ({self.ok} timed, {self.wrong} wrong results, {self.errors} other errors); "
+                f"shards: {', '.join(self.shards) or 'none new'}")
+
+
+def card_matches(card: str, device_name: str) -> bool:
+    """Whether the device's name ("NVIDIA H200", "NVIDIA H100 80GB HBM3") is the card's."""
+    return bool(card) and card.lower() in device_name.lower().replace(" ", "").replace("-", "")
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def ingest_results(bundle: str | Path, results: str | Path, db_dir: str, corpus: str | None) -> GpuIngestReport:
+    from tlm.measure.database import open_db
+    from tlm.measure.gpu_bundle import read_manifest, read_tasks
+    from tlm.measure.measurer import Candidate, MeasureResult
+    from tlm.measure.shards import flush
+
+    results = Path(results)
+    res_file, dev_file = results / "results.jsonl", results / "device.json"
+    if not res_file.exists() or not dev_file.exists():
+        raise TlmError(f"{results}: no results.jsonl and device.json (the --out folder of a GPU run)")
+    manifest = read_manifest(bundle)
+    device = json.loads(dev_file.read_text())
+    card = manifest.get("card", "")
+    if not card_matches(card, device.get("name", "")):
+        raise TlmError(f"the bundle is for {card or manifest['arch']!r} but was measured on {device.get('name')!r}")
+    key = json.dumps(manifest["target"], sort_keys=True)
+    tasks = read_tasks(bundle)
+    sentences = {(e["hash"], c["id"]): c["sentence"] for e in manifest["tasks"] for c in e.get("candidates", [])}
+    text = res_file.read_bytes()
+    digest = hashlib.sha256(text).hexdigest()[:16]
+    lines = [r for r in _lines(res_file) if r.get("k") != "ref"]
+    out: list = []
+    for r in lines:
+        task = tasks.get(r["t"])
+        sentence = sentences.get((r["t"], r["k"]))
+        if task is None or sentence is None:
+            continue
+        cand = Candidate(task, proposer="random", sentence=sentence)
+        out.append(MeasureResult(cand, None, [float(x) for x in r.get("lat") or []], r.get("err")))
+    with open_db(db_dir) as db:
+        if digest in db.get_meta(_META, []):
+            return GpuIngestReport(0, 0, 0, 0, [], skipped=f"{res_file} was ingested before")
+        db.add_results(out, key)
+        db.set_meta(_META, db.get_meta(_META, []) + [digest])
+        shards = flush(db, corpus).shards if corpus else []
+    wrong = sum(1 for r in out if (r.error or "").startswith("WrongResult"))
+    ok = sum(1 for r in out if r.ok)
+    return GpuIngestReport(len(out), ok, wrong, len(out) - ok - wrong, shards)
