@@ -16,10 +16,36 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tlm.errors import TlmError
+
 RTOL, ATOL = 1e-4, 1e-5  # tlm.measure.measurer.MeasureConfig's defaults
 SLOW_MS = 50.0  # a checked run this slow is the program's one reading
 TIMING_BUDGET_MS = 60.0  # GPU time for one program's repeats
 MIN_REPEAT, MAX_REPEAT = 3, 20
+MANIFEST = "manifest.json.gz"  # a bundle's (tlm.measure.gpu_bundle)
+SAMPLE_ELEMENTS = 2048  # a written buffer is checked against the CPU on this many elements
+
+
+def sample_index(size: int, n: int = SAMPLE_ELEMENTS):
+    """The flat indices of a buffer checked against the CPU: all, or n spread evenly (first and
+    last included), in integer arithmetic so that any numpy on any machine picks the same."""
+    import numpy as np
+
+    if size <= n:
+        return np.arange(size, dtype=np.int64)
+    return np.arange(n, dtype=np.int64) * (size - 1) // (n - 1)
+
+
+def read_manifest(bundle: str | Path) -> dict[str, Any]:
+    import gzip
+
+    path = Path(bundle) / MANIFEST
+    if not path.exists():
+        raise TlmError(f"{bundle} is not a GPU bundle (no {MANIFEST})")
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
+
+
 
 
 # ---------------------------------------------------------------- files
@@ -44,17 +70,28 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
 
 # ---------------------------------------------------------------- measurement (child)
 def make_inputs(args: list[dict[str, Any]], seed: int) -> list:
-    """tlm.measure.workers.make_inputs, for a machine without TVM: the same draws."""
+    """Inputs of a task that any numpy draws alike (the GPU machine's numpy is not this one's):
+    floats uniform in [-1, 1) from a counter hash (splitmix64) of (seed, buffer, element),
+    integers and booleans zero (valid indices of gather/take tasks), as the CPU measurer's."""
     import numpy as np
 
-    rng = np.random.default_rng(seed)
     out = []
-    for a in args:
+    for i, a in enumerate(args):
         shape = [int(s) for s in a["shape"]]
-        if str(a["dtype"]).startswith(("float", "bfloat")):
-            out.append(rng.uniform(-1.0, 1.0, size=shape).astype(a["dtype"]))
-        else:
+        if not str(a["dtype"]).startswith(("float", "bfloat")):
             out.append(np.zeros(shape, dtype=a["dtype"]))
+            continue
+        n = int(np.prod(shape, dtype=np.int64))
+        with np.errstate(over="ignore"):  # uint64 arithmetic wraps, as the hash wants
+            x = np.arange(n, dtype=np.uint64) + np.uint64((seed * 1000003 + i * 7919 + 1) & (2**64 - 1))
+            x *= np.uint64(0x9E3779B97F4A7C15)
+            x ^= x >> np.uint64(30)
+            x *= np.uint64(0xBF58476D1CE4E5B9)
+            x ^= x >> np.uint64(27)
+            x *= np.uint64(0x94D049BB133111EB)
+            x ^= x >> np.uint64(31)
+        u = (x >> np.uint64(40)).astype(np.float64) * (1.0 / (1 << 24))
+        out.append((2.0 * u - 1.0).astype(a["dtype"]).reshape(shape))
     return out
 
 
@@ -169,8 +206,6 @@ def _task_inputs(entry: dict[str, Any], bundle: Path):
 def _cpu_mismatch(bufs, pristine, check: dict[str, Any], written: list[int]) -> str | None:
     """Compare buffers with the CPU's outputs at the sampled elements."""
     import cupy as cp
-
-    from tlm.measure.gpu_bundle import sample_index
 
     for i, b in enumerate(bufs):
         flat = b.reshape(-1)
@@ -297,8 +332,6 @@ def write_progress(path: Path, task: str, k) -> None:
 
 def child_main(bundle: Path, work: Path, out: Path) -> int:
     """Measure tasks as the parent lists them in work/ready.jsonl, until END or STOP."""
-    from tlm.measure.gpu_bundle import read_manifest
-
     manifest = read_manifest(bundle)
     entries = {e["hash"]: e for e in manifest["tasks"]}
     results = out / "results.jsonl"
@@ -307,14 +340,21 @@ def child_main(bundle: Path, work: Path, out: Path) -> int:
     limits = {"max_smem": int(manifest["target"].get("max_shared_memory_per_block", 49152)),
               "registers_per_sm": int(manifest["target"].get("registers_per_block", 65536)),
               "max_threads": int(manifest["target"].get("max_threads_per_block", 1024))}
-    seen = 0
+    offset = 0
     measured: set[str] = set()
+    ready_path = work / "ready.jsonl"
     while True:
         if (work / "STOP").exists():
             return 0
-        lines = read_lines(work / "ready.jsonl")
-        for ready in lines[seen:]:
-            seen += 1
+        lines = []
+        if ready_path.exists():
+            with open(ready_path, "rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+            complete = chunk[: chunk.rfind(b"\n") + 1]  # a line still being written waits
+            offset += len(complete)
+            lines = [json.loads(x) for x in complete.decode().splitlines() if x.strip()]
+        for ready in lines:
             if ready.get("end"):
                 return 0
             h = ready["t"]

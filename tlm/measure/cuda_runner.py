@@ -33,6 +33,7 @@ from typing import Any
 from tlm.measure.cuda_measure import append_line, read_lines
 
 MAX_RESTARTS = 200
+EARLY_RESTARTS = 3  # died this often before any program was timed: something is wrong, stop
 
 
 # ---------------------------------------------------------------- compilation (parent)
@@ -78,7 +79,7 @@ def run(bundle: Path, out: Path, seconds: float, jobs: int, hang_seconds: float,
     and the hand-over files go to `work` (default OUT/work)."""
     from concurrent.futures import ProcessPoolExecutor, wait, FIRST_COMPLETED
 
-    from tlm.measure.gpu_bundle import read_manifest
+    from tlm.measure.cuda_measure import read_manifest
 
     start = time.time()
     manifest = read_manifest(bundle)
@@ -163,8 +164,9 @@ def run(bundle: Path, out: Path, seconds: float, jobs: int, hang_seconds: float,
             append_line(results, {"t": state["t"], "k": state["k"], "lat": [], "err": f"fault: {why}"})
         prog.unlink(missing_ok=True)
         restarts += 1
-        if restarts > MAX_RESTARTS:
-            log(f"the measuring process died {restarts} times: measurement stopped")
+        if restarts > MAX_RESTARTS or (restarts >= EARLY_RESTARTS and not any(r.get("lat") for r in read_lines(results))):
+            log(f"the measuring process died {restarts} times ({_tail(out / 'child.log')}): measurement stopped")
+            restarts = MAX_RESTARTS + 1
             child = None
             return
         child = start_child()
@@ -172,7 +174,7 @@ def run(bundle: Path, out: Path, seconds: float, jobs: int, hang_seconds: float,
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         futures = {pool.submit(compile_file, src, cubin, arch): (h, members) for h, members, src, cubin in jobs_list}
         remaining = set(futures)
-        while remaining and time.time() - start < seconds:
+        while remaining and time.time() - start < seconds and restarts <= MAX_RESTARTS:
             finished, remaining = wait(remaining, timeout=0.5, return_when=FIRST_COMPLETED)
             for fut in finished:
                 h, members = futures[fut]
@@ -193,7 +195,7 @@ def run(bundle: Path, out: Path, seconds: float, jobs: int, hang_seconds: float,
         for fut in remaining:
             fut.cancel()
         append_line(work / "ready.jsonl", {"end": True})
-        while measure and time.time() - start < seconds:
+        while measure and time.time() - start < seconds and restarts <= MAX_RESTARTS:
             supervise()
             if child is not None and child.poll() == 0:
                 break

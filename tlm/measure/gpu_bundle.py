@@ -11,7 +11,7 @@ A bundle is a folder that travels to the GPU machine:
     src/*.cu.xz        CUDA C: TVM's preamble, then the kernels of several programs, renamed
                        p<k>_<name> for candidate k and ref_<name> for the reference
     checks/*.npz       the untuned program's outputs on this CPU (tlm.measure.reference), on the
-                       inputs `make_inputs(args, seed)`: of every buffer it writes, the elements at
+                       inputs `cuda_measure.make_inputs(args, seed)`: of every buffer it writes, the elements at
                        `sample_index` (evenly spread), and the first inputs (to see that the GPU
                        machine's numpy draws the same ones)
 
@@ -40,10 +40,9 @@ from tlm.errors import TlmError
 from tlm.graph.target import TargetInfo, resolve_target
 from tlm.graph.tasks import Task
 from tlm.measure.cuda_build import CudaProgram, lower_cuda, rename_kernels, split_source
+from tlm.measure.cuda_measure import MANIFEST, read_manifest, sample_index  # noqa: F401 - the bundle's format
 
-MANIFEST = "manifest.json.gz"
 BUNDLE_VERSION = 1
-SAMPLE_ELEMENTS = 2048  # a written buffer is checked against the CPU on this many elements
 REF_PREFIX = "ref_"
 TASKS_FILE = "tasks.json.xz"  # the bundle's tasks with their TIR (for the records of its results)
 
@@ -112,14 +111,6 @@ def sample_programs(task: Task, target: TargetInfo, n: int, seed: int, seconds: 
     return out, stats
 
 
-def sample_index(size: int, n: int = SAMPLE_ELEMENTS):
-    """The flat indices of a buffer checked against the CPU: all, or n spread evenly (first and
-    last included). The runner computes the same ones."""
-    import numpy as np
-
-    return np.unique(np.linspace(0, size - 1, min(n, size)).round().astype(np.int64)) if size else np.zeros(0, np.int64)
-
-
 def arg_infos(task: Task) -> list:
     return [["TENSOR", a["dtype"], a["shape"]] for a in task.args]
 
@@ -130,10 +121,10 @@ def cpu_check(task: Task, seed: int, path: Path) -> dict[str, Any]:
     import tvm
 
     from tlm.graph.target import host_target
+    from tlm.measure.cuda_measure import make_inputs
     from tlm.measure.reference import fast_reference
-    from tlm.measure.workers import make_inputs
 
-    inputs = make_inputs(arg_infos(task), seed=seed)
+    inputs = make_inputs(task.args, seed)
     lib = tvm.compile(fast_reference(tvm.ir.load_json(task.mod_json)), target=host_target().tvm())
     dev = tvm.cpu()
     tensors = [tvm.runtime.tensor(x, dev) for x in inputs]
@@ -278,14 +269,6 @@ def write_manifest(out: Path, order: list[str], target: TargetInfo) -> dict[str,
     return manifest
 
 
-def read_manifest(bundle: str | Path) -> dict[str, Any]:
-    path = Path(bundle) / MANIFEST
-    if not path.exists():
-        raise TlmError(f"{bundle} is not a GPU bundle (no {MANIFEST})")
-    with gzip.open(path, "rt") as f:
-        return json.load(f)
-
-
 def read_tasks(bundle: str | Path) -> dict[str, Task]:
     path = Path(bundle) / TASKS_FILE
     if not path.exists():
@@ -305,7 +288,9 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
     cfg = BundleConfig(target=args.target, per_task=args.per_task, seed=args.seed, jobs=args.jobs,
                        task_seconds=args.task_seconds)
     target = resolve_target(args.target)
-    tasks = bundle_tasks(args.sources, target, args.hold_out, args.limit)
+    skip = {p.stem for b in args.skip for p in (Path(b) / "tasks").glob("*.json")}
+    tasks = [t for t in bundle_tasks(args.sources, target, args.hold_out, None) if t.hash not in skip]
+    tasks = tasks[: args.limit] if args.limit else tasks
     manifest = build_bundle(tasks, cfg, args.out)
     n = sum(len(t.get("candidates", [])) for t in manifest["tasks"])
     print(f"{args.out}: {len(manifest['tasks'])} tasks, {n} programs for {manifest['card'] or manifest['arch']}")
@@ -320,6 +305,7 @@ def add_bundle_cli(sub) -> None:
     p.add_argument("--hold-out", default="test", choices=["test", "none"], help="drop tasks of the test workloads")
     p.add_argument("--per-task", type=int, default=10)
     p.add_argument("--limit", type=int, default=None, help="first N tasks only")
+    p.add_argument("--skip", nargs="*", default=[], help="bundles whose tasks this one leaves out")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--task-seconds", type=float, default=60.0)

@@ -55,7 +55,8 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 
 def ingest_results(bundle: str | Path, results: str | Path, db_dir: str, corpus: str | None) -> GpuIngestReport:
     from tlm.measure.database import open_db
-    from tlm.measure.gpu_bundle import read_manifest, read_tasks
+    from tlm.measure.cuda_measure import read_manifest
+    from tlm.measure.gpu_bundle import read_tasks
     from tlm.measure.measurer import Candidate, MeasureResult
     from tlm.measure.shards import flush
 

@@ -1,0 +1,92 @@
+"""PyTorch on the GPU machine: the end-to-end baselines of the GPU evaluation (issue 49).
+
+    python3 bench/gpu_pytorch.py --out OUT.json [--workloads ...] [--compile] [--repeat 50]
+
+Per workload (zoo models, random weights from seed 0, batch 1, fp32, eval mode, no_grad):
+PyTorch eager with TF32 off, eager with TF32 on (matmuls and cuDNN convolutions), and with
+--compile torch.compile (default mode, TF32 off), each timed with CUDA events: 10 warm-up runs,
+then `--repeat` runs, the median kept. Needs torch, transformers and a CUDA GPU; no TVM. The
+card, driver and versions are written beside the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+DEFAULT = ["bert_base-b1-s128", "gpt2-b1-s128", "resnet_50-b1-i224", "mobilenet_v2-b1-i224"]
+
+
+def _time(fn, x, repeat: int) -> float:
+    import torch
+
+    with torch.no_grad():
+        for _ in range(10):
+            fn(x)
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(repeat):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(x)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def _tf32(on: bool) -> None:
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = on
+    torch.backends.cudnn.allow_tf32 = on
+
+
+def main() -> int:
+    import torch
+
+    from tlm.graph.zoo import get_workload
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--workloads", nargs="+", default=DEFAULT)
+    p.add_argument("--repeat", type=int, default=50)
+    p.add_argument("--compile", action="store_true")
+    args = p.parse_args()
+    dev = torch.cuda.get_device_properties(0)
+    result = {"device": dev.name, "sms": dev.multi_processor_count, "torch": torch.__version__,
+              "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(), "workloads": {}}
+    for name in args.workloads:
+        row = {}
+        try:
+            module, (x,) = get_workload(name).build(0)
+            module, x = module.cuda(), x.cuda()
+            _tf32(False)
+            row["eager_ms"] = _time(module, x, args.repeat)
+            _tf32(True)
+            row["eager_tf32_ms"] = _time(module, x, args.repeat)
+            _tf32(False)
+            if args.compile:
+                t0 = time.perf_counter()
+                compiled = torch.compile(module)
+                with torch.no_grad():
+                    compiled(x)
+                torch.cuda.synchronize()
+                row["compile_s"] = round(time.perf_counter() - t0, 1)
+                row["compiled_ms"] = _time(compiled, x, args.repeat)
+        except Exception as err:  # one workload's failure is its row's error
+            row["error"] = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:200] if str(err).strip() else ''}"
+        result["workloads"][name] = row
+        print(name, json.dumps(row), flush=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
