@@ -32,7 +32,7 @@ def test_curve_starts_when_every_task_is_measured_and_never_rises():
 def test_write_curves_from_shards(tmp_path):
     corpus = tmp_path / "corpus"
     for hw, recs in (("llvm-a-2c", [rec("a", 2.0, 1), rec("b", 1.0, 2), rec("a", 1.0, 3)]),
-                     ("llvm-b-2c", [rec("a", 3.0, 1)])):
+                     ("llvm-b-2c", [rec("a", 3.0, 1)]), ("cuda-h200", [rec("g", 1.0, 1), rec("g", 0.5, 2)])):
         (corpus / hw).mkdir(parents=True)
         lines = [{"shard": 1, "target_key": hw}] + [{"task": {"hash": h, "weight": 1}} for h in "ab"] + recs
         with lzma.open(corpus / hw / f"uid-00000001-0000000{len(recs)}.jsonl.xz", "wt") as f:
@@ -40,6 +40,8 @@ def test_write_curves_from_shards(tmp_path):
     curves = {c.hardware: c for c in write_curves(corpus, tmp_path / "out", step=1)}
     assert curves["llvm-a-2c"].reference == 2 and curves["llvm-a-2c"].final == pytest.approx(2 / 3)
     assert curves["llvm-b-2c"].reference is None  # b never measured on this CPU
+    # a GPU's tasks are not the CPUs' (nor theirs its): each kind's first pass is its own
+    assert curves["cuda-h200"].reference == 1 and curves["cuda-h200"].final == pytest.approx(0.5)
     assert (tmp_path / "out" / "convergence.png").stat().st_size > 1000
     rows = (tmp_path / "out" / "convergence-llvm-a-2c.csv").read_text().splitlines()
     assert rows[0] == "measurements,tasks_measured,tasks_in_sum,total_latency_s,normalized" and len(rows) == 4

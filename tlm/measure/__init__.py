@@ -7,4 +7,13 @@ Candidate (task + schedule)  --measurer-->  MeasureResult (latencies | error)  -
 - workers.py    what the builder/runner worker processes run (the output check lives here)
 - database.py   the durable SQLite record database; which record a task compiles with
 - shards.py     the corpus in git: append-only xz shards per hardware, flushed from / ingested into a database
+
+GPU programs, built here (no GPU) and measured on a machine with one (CuPy + nvcc, no TVM there):
+- cuda_build.py   scheduled program -> CUDA C + launch plan (kernels, grids, blocks, workspaces)
+- nvcc.py         CUDA C -> cubin with NVIDIA's compiler; ptxas's resources; launch limits
+- gpu_bundle.py   tasks -> a bundle: random programs, dlight references, CPU checks (`tlm gpu bundle`)
+- cuda_runner.py  on the GPU machine: compile on all cores, supervise the measuring process
+- cuda_measure.py the measuring process: check every program against the reference, time it
+- gpu_ingest.py   a run's results -> records under the card -> corpus shards (`tlm gpu ingest`)
+- gpu_cli.py      `tlm gpu bundle|run|ingest`
 """

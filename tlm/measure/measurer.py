@@ -165,7 +165,7 @@ class Measurer:
 
         cfg = self.config
         self._builder = builder_class()(
-            max_workers=cfg.builder_workers or max(1, self.target.cores),
+            max_workers=cfg.builder_workers or max(1, self.target.cores if self.target.kind == "llvm" else (os.cpu_count() or 1)),
             timeout_sec=cfg.build_timeout_s,
             f_build=build_in_worker,
             f_export=None if self.rpc else export_shared_in_worker,

@@ -165,7 +165,9 @@ def db_demos(db_dir: str, specs: list[str], per_task: int, speed_power: float = 
 
     with open_db(db_dir, create=False) as db:
         if "all" in specs:
-            specs = [s for s in specs if s != "all"] + [json.loads(k) for k in db.target_keys()]
+            # "all" is every CPU: GPU records (cuda-*) are another language's demonstrations
+            specs = [s for s in specs if s != "all"] + [c for k in db.target_keys()
+                                                        if (c := json.loads(k)).get("kind") == "llvm"]
         targets = list({t.key: t for t in map(resolve_target, specs)}.values())
         out: list[Demo] = []
         for target in targets:

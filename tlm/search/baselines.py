@@ -11,6 +11,7 @@ Both spend each task's budget in turn (task order = the model's, heaviest first)
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from tlm.errors import check_interrupt, sigint_deferred
@@ -30,7 +31,7 @@ def tune_context(task: Task, target, strategy: str | None = None):
     light_tensor_intrin()
     return ms.TuneContext(  # the same spaces as tlm's own (tlm.space.inline)
         mod=space_mod(task, target), target=target.tvm(), space_generator="post-order-apply",
-        search_strategy=strategy, task_name=task.name, num_threads=max(1, target.cores),
+        search_strategy=strategy, task_name=task.name, num_threads=max(1, target.cores if target.kind == "llvm" else (os.cpu_count() or 1)),
     )
 
 

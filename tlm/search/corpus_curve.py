@@ -85,10 +85,13 @@ def write_curves(corpus: str | os.PathLike, out: str | os.PathLike, step: int = 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     data = corpus_records(corpus) if data is None else data
-    # A first pass covers every task the corpus measured on any hardware (the training tasks;
-    # a new CPU has not finished its first pass while it lacks one of them).
-    universe = {r["t"] for _, recs in data.values() for r in recs}
-    curves = [curve(hw, w, recs, step, universe) for hw, (w, recs) in sorted(data.items())]
+    # A first pass covers every task the corpus measured on any hardware of the same kind (the
+    # training tasks; a new CPU has not finished its first pass while it lacks one of them). CPU
+    # and GPU tasks differ (their extraction differs): `llvm-*` and `cuda-*` folders apart.
+    universes: dict[str, set[str]] = {}
+    for hw, (_, recs) in data.items():
+        universes.setdefault(hw.split("-")[0], set()).update(r["t"] for r in recs)
+    curves = [curve(hw, w, recs, step, universes[hw.split("-")[0]]) for hw, (w, recs) in sorted(data.items())]
     for c in curves:
         tmp = out / f"convergence-{c.hardware}.csv.tmp"
         with open(tmp, "w", newline="") as f:
