@@ -66,10 +66,11 @@ def ingest_results(bundle: str | Path, results: str | Path, db_dir: str, corpus:
     if not res_file.exists():
         name = Path(bundle).name
         res_file, dev_file = results / f"{name}-results.jsonl", results / f"{name}-device.json"
-    if not res_file.exists() or not dev_file.exists():
+    summary_file = dev_file.with_name(dev_file.name.replace("device.json", "summary.json"))
+    if not res_file.exists() or not (dev_file.exists() or summary_file.exists()):
         raise TlmError(f"{results}: no results.jsonl and device.json (the --out folder of a GPU run)")
     manifest = read_manifest(bundle)
-    device = json.loads(dev_file.read_text())
+    device = json.loads(dev_file.read_text()) if dev_file.exists() else json.loads(summary_file.read_text())["device"]
     card = manifest.get("card", "")
     if not card_matches(card, device.get("name", "")):
         raise TlmError(f"the bundle is for {card or manifest['arch']!r} but was measured on {device.get('name')!r}")
