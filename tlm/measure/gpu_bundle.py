@@ -30,7 +30,6 @@ import gzip
 import json
 import lzma
 import os
-import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -78,36 +77,24 @@ def dlight_program(task: Task, target: TargetInfo) -> CudaProgram:
 def sample_programs(task: Task, target: TargetInfo, n: int, seed: int, seconds: float,
                     max_tries: int) -> tuple[list[tuple[int, str, CudaProgram]], dict[str, Any]]:
     """Up to n distinct valid random programs (space, sentence, lowered); and the counts."""
-    from tlm.space.design import random_policy, task_space, walk
-    from tlm.space.language import render
+    from tlm.space.sampling import distinct_programs
 
-    space = task_space(task, target)
-    rng = random.Random(seed)
-    policy = random_policy(rng)
-    seen: set[str] = set()
     out: list[tuple[int, str, CudaProgram]] = []
-    tries = rejected = lowering = 0
+    counts: dict[str, Any] = {}
+    lowering = 0
     first_error = None
     start = time.perf_counter()
-    while len(out) < n and tries < max_tries * n and time.perf_counter() - start < seconds:
-        tries += 1
-        prog = walk(space, policy)
-        if prog.error:
-            rejected += 1
-            first_error = first_error or prog.error
-            continue
-        sentence = render(prog, task, target)
-        if sentence in seen:
-            continue
-        seen.add(sentence)
+    for prog, sentence in distinct_programs(task, target, seed, max_tries * n, seconds, counts):
         cuda = lower_cuda(prog.sch.mod, target)
         if cuda.error:
             lowering += 1
             first_error = first_error or cuda.error
             continue
         out.append((prog.space, sentence, cuda))
-    stats = {"tries": tries, "rejected": rejected, "lowering_errors": lowering, "first_error": first_error,
-             "sample_s": round(time.perf_counter() - start, 2)}
+        if len(out) >= n:
+            break
+    stats = {"tries": counts["tries"], "rejected": counts["errors"], "lowering_errors": lowering,
+             "first_error": counts["first_error"] or first_error, "sample_s": round(time.perf_counter() - start, 2)}
     return out, stats
 
 

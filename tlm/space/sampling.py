@@ -53,36 +53,48 @@ class TaskSample:
     first_error: str | None = None
 
 
-def sample_task(task: Task, target: TargetInfo, n: int, seed: int, max_tries: int | None = None) -> TaskSample:
-    """Up to `n` distinct random valid programs of a task (fewer if its space is smaller)."""
+def distinct_programs(task: Task, target: TargetInfo, seed: int, max_tries: int, seconds: float | None = None,
+                      stats: dict[str, Any] | None = None) -> Iterator[tuple[Any, str]]:
+    """Valid random programs of a task whose sentences were not drawn before, as (Program,
+    sentence), until `max_tries` walks or `seconds`; `stats` gets tries, errors, first_error."""
     import random
 
     from tlm.space.design import random_policy, task_space, walk
     from tlm.space.language import render
 
-    start = time.perf_counter()
     space = task_space(task, target)
-    rng = random.Random(seed)
-    policy = random_policy(rng)
-    tid = target_id(target)
+    policy = random_policy(random.Random(seed))
     seen: set[str] = set()
-    records: list[dict[str, Any]] = []
-    tries = errors = 0
-    first_error = None
-    max_tries = max_tries or 4 * n + 20
-    while len(records) < n and tries < max_tries:
-        tries += 1
+    stats = {} if stats is None else stats
+    stats.update(tries=0, errors=0, first_error=None)
+    start = time.perf_counter()
+    while stats["tries"] < max_tries and (seconds is None or time.perf_counter() - start < seconds):
+        stats["tries"] += 1
         prog = walk(space, policy)
         if prog.error:
-            errors += 1
-            first_error = first_error or prog.error
+            stats["errors"] += 1
+            stats["first_error"] = stats["first_error"] or prog.error
             continue
         sentence = render(prog, task, target)
         if sentence in seen:
             continue
         seen.add(sentence)
-        records.append({"task": task.hash, "target": tid, "space": prog.space, "sentence": sentence})
-    return TaskSample(task.hash, records, tries, errors, time.perf_counter() - start, first_error)
+        yield prog, sentence
+
+
+def sample_task(task: Task, target: TargetInfo, n: int, seed: int, max_tries: int | None = None) -> TaskSample:
+    """Up to `n` distinct random valid programs of a task (fewer if its space is smaller)."""
+    start = time.perf_counter()
+    tid = target_id(target)
+    stats: dict[str, Any] = {}
+    records: list[dict[str, Any]] = []
+    if n > 0:
+        for prog, sentence in distinct_programs(task, target, seed, max_tries or 4 * n + 20, stats=stats):
+            records.append({"task": task.hash, "target": tid, "space": prog.space, "sentence": sentence})
+            if len(records) >= n:
+                break
+    return TaskSample(task.hash, records, stats.get("tries", 0), stats.get("errors", 0), time.perf_counter() - start,
+                      stats.get("first_error"))
 
 
 def _worker(job: dict[str, Any]) -> dict[str, Any]:
