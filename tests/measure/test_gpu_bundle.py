@@ -143,7 +143,10 @@ def bundle(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("bundle")
     tasks = [W.matmul(64), W.softmax(16, 100)]
-    manifest = build_bundle(tasks, BundleConfig(per_task=3, jobs=1, task_seconds=30), out, progress=False)
+    # a task of two sources comes once, its calls summed (two workloads can share a task)
+    manifest = build_bundle(tasks + [W.matmul(64)], BundleConfig(per_task=3, jobs=1, task_seconds=30), out,
+                            progress=False)
+    assert [e["weight"] for e in manifest["tasks"]] == [2, 1]
     return out, tasks, manifest
 
 
@@ -169,7 +172,7 @@ def test_bundle_resumes_and_refuses_another_config(bundle):
     from tlm.measure.gpu_bundle import BundleConfig, build_bundle
 
     out, tasks, manifest = bundle
-    again = build_bundle(tasks, BundleConfig(per_task=3, jobs=1, task_seconds=30), out, progress=False)
+    again = build_bundle(tasks + [W.matmul(64)], BundleConfig(per_task=3, jobs=1, task_seconds=30), out, progress=False)
     assert [e["candidates"] for e in again["tasks"]] == [e["candidates"] for e in manifest["tasks"]]
     with pytest.raises(TlmError):
         build_bundle(tasks, BundleConfig(per_task=4, jobs=1), out, progress=False)

@@ -99,6 +99,8 @@ def run(bundle: Path, out: Path, seconds: float, jobs: int, hang_seconds: float,
     pending: dict[str, dict[str, Any]] = {}
     jobs_list = []
     for e in manifest["tasks"]:
+        if e["hash"] in pending:  # listed twice (bundles of an older tlm): measured once
+            continue
         left = [c["id"] for c in e.get("candidates", []) if (e["hash"], c["id"]) not in done]
         if not left and (e["hash"], "ref") in done:
             continue

@@ -204,6 +204,13 @@ def build_bundle(tasks: list[Task], cfg: BundleConfig, out: str | Path, progress
 
     out = Path(out)
     target = resolve_target(cfg.target)
+    unique: dict[str, Task] = {}  # a task of several sources once, its calls summed
+    for t in tasks:
+        if t.hash in unique:
+            unique[t.hash].weight += t.weight
+        else:
+            unique[t.hash] = Task.from_json(t.to_json(with_mod=True))
+    tasks = list(unique.values())
     if target.kind != "cuda":
         raise TlmError(f"bad target {cfg.target!r}: a GPU bundle needs a CUDA target")
     for sub in ("src", "checks", "tasks"):
