@@ -1,6 +1,9 @@
 """Conv layout passes (tlm.graph.layout): zero pads fold into the convs after them, convs run in
 NHWC with ReLU6 carried through (no transpose pairs around activations), and compiled models
-built either way match PyTorch; models without a 2-D conv are left exactly as they were."""
+built either way match PyTorch; models without a 2-D conv are left exactly as they were.
+Issue 48: a transposed conv between convs (a U-Net) stays in the layout it legalizes in, Swin
+(negative squeeze axes) converts, and a conversion that fails or would not legalize leaves the
+convs unconverted with one warning naming the operator."""
 
 import pytest
 import torch
@@ -76,3 +79,147 @@ def test_unknown_layout_is_a_one_line_error():
 
     with pytest.raises(TlmError, match="unknown conv layout"):
         import_torch(PadConvRelu6(), (torch.randn(1, 8, 15, 15),), conv_layout="NCWH")
+
+
+class TinyUNet(torch.nn.Module):
+    """3x3 convs, max pooling, a ConvTranspose2d(k=2, s=2) decoder and a `cat` skip connection:
+    [1, 3, 16, 16] -> [1, 2, 16, 16]."""
+
+    def __init__(self, c=4):
+        super().__init__()
+        conv = lambda i, o: torch.nn.Sequential(torch.nn.Conv2d(i, o, 3, padding=1), torch.nn.ReLU())  # noqa: E731
+        self.enc1, self.enc2, self.dec = conv(3, c), conv(c, 2 * c), conv(2 * c, c)
+        self.up = torch.nn.ConvTranspose2d(2 * c, c, 2, stride=2)
+        self.head = torch.nn.Conv2d(c, 2, 1)
+
+    def forward(self, x):
+        a = self.enc1(x)
+        b = self.enc2(torch.nn.functional.max_pool2d(a, 2))
+        return self.head(self.dec(torch.cat([self.up(b), a], 1)))
+
+
+class ConvThen(torch.nn.Module):
+    """A conv followed by `fn` (axes written negative, as torch and Hugging Face write them)."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.conv, self.fn = torch.nn.Conv2d(3, 8, 3, padding=1), fn
+
+    def forward(self, x):
+        return self.fn(self.conv(x))
+
+
+def _compile_untuned(imported, tmp_path, host):
+    from tlm.compiler.build import CompileConfig, compile_imported
+    from tlm.measure.database import open_db
+
+    open_db(str(tmp_path / "db")).close()
+    with pytest.warns(UserWarning, match="untuned"):
+        return compile_imported(imported, str(tmp_path / "db"), target=host,
+                                config=CompileConfig(repeat=1, min_repeat_ms=1, compare=False))
+
+
+def _warnings(capfd) -> list[str]:
+    err = capfd.readouterr().err
+    assert "Traceback" not in err, err
+    return [line for line in err.splitlines() if line.startswith("tlm: warning")]
+
+
+def _layouts_of(script: str, op: str) -> list[str]:
+    return [line.split(f"{op}(", 1)[1] for line in script.splitlines() if f"{op}(" in line]
+
+
+def test_transposed_conv_between_convs_compiles_and_matches(tmp_path, host, capfd):
+    from tlm.graph.importer import import_torch
+
+    torch.manual_seed(0)
+    imported = import_torch(TinyUNet().eval(), (torch.randn(1, 3, 16, 16),))
+    script = _script(imported)
+    convs, transposed = _layouts_of(script, "R.nn.conv2d"), _layouts_of(script, "R.nn.conv2d_transpose")
+    assert len(convs) == 4 and all('data_layout="NHWC"' in c for c in convs), convs
+    # TOPI lowers a transposed conv only as NCHW data, IOHW kernel: it stays there.
+    assert len(transposed) == 1 and 'data_layout="NCHW", kernel_layout="IOHW"' in transposed[0], transposed
+    assert _warnings(capfd) == []
+    compiled = _compile_untuned(imported, tmp_path, host)
+    assert compiled.matches, compiled.max_abs_diff
+
+
+def test_swin_compiles_in_nhwc_and_matches(tmp_path, host, capfd):
+    """Swin's pooler (AdaptiveAvgPool1d, flatten) writes `squeeze(axis=[-1])`, which made TVM's
+    ConvertLayout fail with std::bad_alloc. The model (its output a SwinModelOutput: the first
+    field, last_hidden_state, is checked) now converts."""
+    transformers = pytest.importorskip("transformers")
+    from tlm.graph.importer import import_torch
+
+    torch.manual_seed(0)
+    config = transformers.SwinConfig(image_size=32, patch_size=4, embed_dim=12, depths=[2], num_heads=[2],
+                                     window_size=4, mlp_ratio=2.0)
+    imported = import_torch(transformers.SwinModel(config).eval(), (torch.randn(1, 3, 32, 32),))
+    assert 'data_layout="NHWC"' in _script(imported)
+    assert _warnings(capfd) == []
+    compiled = _compile_untuned(imported, tmp_path, host)
+    assert compiled.matches, compiled.max_abs_diff
+
+
+def test_axes_are_written_as_layout_inference_handles_them():
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    from tlm.graph.layout import normalize_axes
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 1, 1), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            calls = [relax.op.squeeze(x, [-1]), relax.op.squeeze(x, [0, 1, 2, 3]), relax.op.squeeze(x, [1]),
+                     relax.op.permute_dims(x, [0, -1, 1, -2]), relax.op.stack([x, x], -1), relax.op.squeeze(x, [2])]
+            outs = [bb.emit(c) for c in calls]
+            out = bb.emit_output(relax.Tuple(outs))
+        bb.emit_func_output(out)
+    before = bb.get()
+    after = normalize_axes(before)
+    script = after["main"].script()
+    assert "axis=[3]" in script and "axis=[0, 2, 3]" in script and "axes=[0, 3, 1, 2]" in script, script
+    assert "axis=4" in script and "axis=[2]" in script, script  # stack; an axis already so stays
+    assert "axis=[1]" not in script and "axis=[-" not in script and "-1" not in script, script  # [1]: no unit axis
+    x = tvm.runtime.tensor(np.arange(8, dtype="float32").reshape(1, 8, 1, 1))
+    run = lambda mod: relax.VirtualMachine(relax.build(mod, target="llvm"), tvm.cpu())["main"](x)  # noqa: E731
+    for a, b in zip(run(before), run(after)):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_negative_axes_after_convs_convert_and_match(tmp_path, host, capfd):
+    from tlm.graph.importer import import_torch
+
+    torch.manual_seed(0)
+    model = ConvThen(lambda y: torch.stack([y.mean(-1, keepdim=True).squeeze(-1).permute(0, -1, -2),
+                                            y[:, :, :, :1].squeeze().t().unsqueeze(0)], -1))
+    imported = import_torch(model.eval(), (torch.randn(1, 3, 6, 6),))
+    assert 'data_layout="NHWC"' in _script(imported)
+    assert _warnings(capfd) == []
+    assert _compile_untuned(imported, tmp_path, host).matches
+
+
+def test_a_failing_conversion_leaves_convs_unconverted_with_one_warning(tmp_path, host, capfd, monkeypatch):
+    import tlm.graph.layout as layout
+    from tlm.graph.importer import import_torch
+
+    monkeypatch.setattr(layout, "normalize_axes", lambda mod: mod)  # TVM then fails on a negative permutation
+    torch.manual_seed(0)
+    imported = import_torch(ConvThen(lambda y: y.permute(0, -1, -3, -2)).eval(), (torch.randn(1, 3, 6, 6),))
+    warned = _warnings(capfd)
+    assert len(warned) == 1 and "relax.permute_dims" in warned[0] and "ConvertLayout" in warned[0], warned
+    assert 'data_layout="NHWC"' not in _script(imported)
+    assert _compile_untuned(imported, tmp_path, host).matches
+
+
+def test_an_op_that_would_not_legalize_leaves_convs_unconverted(capfd, monkeypatch):
+    import tlm.graph.layout as layout
+    from tlm.graph.importer import import_torch
+
+    monkeypatch.setattr(layout, "PINNED", {})  # the transposed conv would follow its input to NHWC
+    imported = import_torch(TinyUNet().eval(), (torch.randn(1, 3, 16, 16),))
+    warned = _warnings(capfd)
+    assert len(warned) == 1 and "relax.nn.conv2d_transpose" in warned[0] and "legalize" in warned[0], warned
+    assert 'data_layout="NHWC"' not in _script(imported)

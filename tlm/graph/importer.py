@@ -29,6 +29,18 @@ class ImportedModel:
     onnx_path: str | None = None
 
 
+def _first_tensor(out):
+    """A model's output, or the first tensor of a tuple or Hugging Face `ModelOutput` (what the
+    compiled model returns for them, tlm.compiler.build)."""
+    while not hasattr(out, "detach"):
+        if hasattr(out, "to_tuple"):
+            out = out.to_tuple()
+        if not isinstance(out, (tuple, list)) or not out:
+            raise TlmError(f"the model's output is a {type(out).__name__}, not a tensor or a tuple of them")
+        out = out[0]
+    return out
+
+
 def import_torch(module, example_inputs, source: str = "<module>", sink_reshapes: bool = True,
                  conv_layout: str | None = None) -> ImportedModel:
     """Import a torch.nn.Module with torch.export -> Relax (`sink_reshapes=False`: without
@@ -62,7 +74,7 @@ def import_torch(module, example_inputs, source: str = "<module>", sink_reshapes
     def reference(inputs: list) -> Any:
         with torch.no_grad():
             out = module(*[torch.from_numpy(np.asarray(x)) for x in inputs])
-        return out.detach().numpy()
+        return _first_tensor(out).detach().numpy()
 
     inputs = [x.detach().numpy() for x in example_inputs]
     return ImportedModel(source, prepare(mod, sink_reshapes, conv_layout), inputs, reference, module, example_inputs)

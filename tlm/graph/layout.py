@@ -9,14 +9,30 @@
   which ConvertLayout knows how to carry through (it stops at `clip`, leaving a transpose pair
   around every ReLU6). Constant weights are transposed at compile time (FoldConstant).
 
+What the layout conversion must not break (issue 48). ConvertLayout carries NHWC on through
+every layout-aware op, also into ones that nothing legalizes in NHWC: a transposed conv
+(`conv2d_transpose`, which TOPI lowers only as NCHW/IOHW) came out NHWC/IOHW and stopped the
+build ("CodeGenVM cannot emit this Relax operator"); `PINNED` keeps such ops in a layout that
+legalizes, with transposes around them. TVM 0.27's layout inference of `squeeze`,
+`permute_dims` and `stack` indexes with their axes as written: a negative squeeze axis (Swin's
+pooler, `AdaptiveAvgPool1d` then `flatten`) writes out of bounds (`std::bad_alloc`), a negative
+permutation is an "Invalid layout", and a squeeze axis of a non-unit dim (torch's `squeeze()`)
+an "undefined bijective layout"; `normalize_axes` writes them in the form it handles. Should
+the conversion still fail, or put an op in a layout that does not legalize, the model keeps its
+NCHW convs, with one `tlm: warning:` line on stderr naming the operator.
+
 `CONV_LAYOUT` is the default, chosen by measurement: `bench/results/layout.md` (NCHW vs NHWC at
 the same MetaSchedule budget, resnet_50 and mobilenet_v2).
 """
 
 from __future__ import annotations
 
+import sys
+
 CONV_LAYOUT = "NHWC"
 LAYOUTS = {"NCHW": None, "NHWC": ["NHWC", "HWIO"]}
+# Layout-aware ops kept in the (data, kernel) layout their legalization supports.
+PINNED = {"relax.nn.conv2d_transpose": ["NCHW", "IOHW"]}
 
 
 def _int_list(values) -> list[int]:
@@ -99,12 +115,100 @@ def clip_as_minmax(mod):
     return _rewrite_calls(mod, "relax.clip", rewrite)
 
 
+def _static_shape(expr) -> list[int] | None:
+    try:
+        return [int(v) for v in expr.ty.shape.values]
+    except (AttributeError, TypeError):  # unknown or symbolic shape
+        return None
+
+
+def normalize_axes(mod):
+    """Non-negative axes for `squeeze`, `permute_dims` and `stack` (same values), and only the
+    unit axes of a `squeeze`: the forms TVM 0.27's layout inference handles. Calls already in
+    that form are left as they are."""
+    from tvm import relax
+
+    def squeeze(mutator, call):
+        x, axis = call.args[0], call.attrs.axis
+        shape = _static_shape(x)
+        if axis is None or shape is None:
+            return call
+        axes, n = [int(a) for a in axis], len(shape)
+        if all(0 <= a < n and shape[a] == 1 for a in axes):
+            return call
+        keep = sorted({a % n for a in axes if shape[a % n] == 1})
+        return relax.op.squeeze(x, keep) if keep else x  # no unit axis listed: squeeze removes none
+
+    def permute(mutator, call):
+        axes = call.attrs.axes
+        if axes is None or all(int(a) >= 0 for a in axes):
+            return call
+        return relax.op.permute_dims(call.args[0], [int(a) % len(axes) for a in axes])
+
+    def stack(mutator, call):
+        axis, ndim = call.attrs.axis, getattr(call.ty, "ndim", -1)
+        if axis is None or int(axis) >= 0 or ndim < 0:
+            return call
+        return relax.op.stack(call.args[0], int(axis) % ndim)
+
+    for name, rewrite in (("relax.squeeze", squeeze), ("relax.permute_dims", permute), ("relax.stack", stack)):
+        mod = _rewrite_calls(mod, name, rewrite)
+    return mod
+
+
+def _op_name(call) -> str:
+    return str(getattr(call.op, "name", None) or getattr(call.op, "name_hint", "?"))
+
+
+def _layouts(mod) -> dict[tuple[str, str], object]:
+    """(op name, data layout) -> one call, for every call of an op with a layout attribute."""
+    from tvm import relax
+
+    found: dict = {}
+
+    def visit(e):
+        if isinstance(e, relax.Call) and e.attrs is not None:
+            lay = getattr(e.attrs, "data_layout", None) or getattr(e.attrs, "layout", None)
+            if isinstance(lay, str):
+                found.setdefault((_op_name(e), str(lay)), e)
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return found
+
+
+def _legalizes(call) -> bool:
+    """Whether LegalizeOps lowers this call (its variable arguments made parameters)."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    params = [relax.Var(f"a{i}", a.ty) for i, a in enumerate(call.args) if isinstance(a, relax.Var)]
+    it = iter(params)
+    args = [next(it) if isinstance(a, relax.Var) else a for a in call.args]
+    try:
+        with bb.function("main", params):
+            out = bb.emit(relax.Call(call.op, args, call.attrs, call.ty_args))
+            bb.emit_func_output(out)
+        return not _calls(relax.transform.LegalizeOps()(bb.get())["main"], call.op)
+    except Exception:  # a call this probe cannot rebuild alone: left to the build to judge
+        return True
+
+
+def _unconverted(mod, layout: str, reason: str):
+    print(f"tlm: warning: 2-D convs left in their original layout, not {layout}: {reason}", file=sys.stderr)
+    sys.stderr.flush()
+    return mod
+
+
 def convert_conv_layout(mod, layout: str = CONV_LAYOUT):
-    """2-D convs in `layout` ("NCHW": unchanged; "NHWC": NHWC data, HWIO kernels)."""
+    """2-D convs in `layout` ("NCHW": unchanged; "NHWC": NHWC data, HWIO kernels); ops in
+    `PINNED` in their legal layout. A model that TVM's ConvertLayout fails on, or whose
+    conversion leaves an op that does not legalize, is returned unchanged (a warning on stderr)."""
     import tvm
     from tvm import relax
 
-    from tlm.errors import TlmError
+    from tlm.errors import TlmError, first_line, quiet_stderr
 
     if layout not in LAYOUTS:
         raise TlmError(f"unknown conv layout {layout!r} (one of {', '.join(LAYOUTS)})")
@@ -112,5 +216,25 @@ def convert_conv_layout(mod, layout: str = CONV_LAYOUT):
     if LAYOUTS[layout] is None or not any(isinstance(f, relax.Function) and _calls(f, conv)
                                           for f in mod.functions.values()):
         return mod  # models without a 2-D conv keep their tasks (and hashes) as they are
-    mod = relax.transform.ConvertLayout({"relax.nn.conv2d": LAYOUTS[layout]})(clip_as_minmax(mod))
-    return relax.transform.FoldConstant()(mod)
+    original = mod
+    mod = normalize_axes(clip_as_minmax(mod))
+    desired = {"relax.nn.conv2d": LAYOUTS[layout], **PINNED}
+    last: list[str] = []
+
+    def desired_for(call):  # TVM calls this for each call in turn: the last one names a failure
+        last[:] = [_op_name(call)]
+        return desired
+
+    try:
+        with quiet_stderr():
+            converted = relax.transform.ConvertLayout(desired, desired_for)(mod)
+    except Exception as err:  # TVM's InternalError / TVMError (std::bad_alloc, failed checks)
+        at = f" at {last[0]}" if last else ""
+        return _unconverted(original, layout, f"TVM's ConvertLayout failed{at} ({first_line(err, limit=120)})")
+    before = _layouts(mod)
+    bad = sorted({op for (op, lay), call in _layouts(converted).items()
+                  if (op, lay) not in before and op not in desired and not _legalizes(call)})
+    if bad:
+        return _unconverted(original, layout, f"{', '.join(bad)} would not legalize in it")
+    with quiet_stderr():  # TVM's warnings while it folds constants (e.g. `take` of Swin's position bias)
+        return relax.transform.FoldConstant()(converted)
