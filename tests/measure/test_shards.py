@@ -7,6 +7,7 @@ import pytest
 
 from tlm.errors import TlmError
 from tlm.graph.tasks import Task
+from tlm.measure import shards
 from tlm.measure.database import open_db
 from tlm.measure.shards import (corpus_summary, flush, hardware_slug, ingest, pending, read_shard,
                                 shard_paths)
@@ -105,3 +106,90 @@ def test_bad_shard_is_skipped_with_a_reason(tmp_path):
         assert any("unreadable" in s for s in rep.skipped) and any("not a record shard" in s for s in rep.skipped)
     with pytest.raises(TlmError):
         read_shard(corpus / "llvm-x-2c" / "junk.jsonl.xz")
+
+
+def _whole_shard(tmp_path, n: int = 120):
+    """A corpus with one shard of n + 1 records; (corpus, its path, its bytes, its records)."""
+    corpus = tmp_path / "corpus"
+    with open_db(str(tmp_path / "w")) as db:
+        _fill(db, n)
+        flush(db, corpus)
+    (path,) = shard_paths(corpus)
+    return corpus, path, path.read_bytes(), read_shard(path)[2]
+
+
+def _warnings(capsys) -> list[str]:
+    return [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("tlm: warning:")]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warnings(monkeypatch):
+    monkeypatch.setattr(shards, "_warned", set())  # each test sees its own warnings
+
+
+def test_truncated_shard_gives_a_prefix_and_names_itself(tmp_path, capsys):
+    """Cut at many byte offsets (as a killed copy leaves it): the complete lines before the cut
+    come back, never an exception other than 'unreadable' for a header cut short, always named."""
+    corpus, path, data, whole = _whole_shard(tmp_path)
+    offsets = sorted({*range(0, len(data), max(1, len(data) // 50)), len(data) - 1, len(data) - 12})
+    got = set()
+    for cut in offsets:
+        shards._warned.clear()
+        path.write_bytes(data[:cut])
+        try:
+            _, _, records = read_shard(path)
+        except TlmError as err:  # not even the header decompressed
+            assert str(path) in str(err) and ("unreadable" in str(err) or "empty" in str(err)), cut
+            assert not corpus_summary(corpus)
+            assert any(str(path) in w and "skipped" in w for w in _warnings(capsys)), cut
+            continue
+        assert records == whole[:len(records)], cut
+        (warning,) = _warnings(capsys)
+        assert str(path) in warning and "damaged (truncated xz stream)" in warning, cut
+        assert (f"{len(records)} of {len(whole)} records read, the rest lost" in warning if len(records) < len(whole)
+                else f"all {len(whole)} records read" in warning), cut
+        assert corpus_summary(corpus)[path.parent.name]["records"] == len(records), cut
+        got.add(len(records))
+    assert len(got) > 10 and min(got) < len(whole) // 4  # the cuts fell all along the shard
+
+
+def test_corrupt_shard_gives_a_prefix_and_names_itself(tmp_path, capsys):
+    corpus, path, data, whole = _whole_shard(tmp_path, n=400)
+    for at in (len(data) // 3, len(data) // 2, 2 * len(data) // 3, len(data) - 40):
+        shards._warned.clear()
+        path.write_bytes(data[:at] + bytes(b ^ 0x5A for b in data[at:at + 8]) + data[at + 8:])
+        _, _, records = read_shard(path)
+        assert records == whole[:len(records)] and len(records) < len(whole), at
+        (warning,) = _warnings(capsys)
+        assert warning.startswith(f"tlm: warning: {path}: damaged (") and "the rest lost" in warning, at
+        assert corpus_summary(corpus)[path.parent.name]["records"] == len(records)
+
+
+def test_damaged_shard_ingested_in_part_then_whole_once_repaired(tmp_path, capsys):
+    corpus, path, data, whole = _whole_shard(tmp_path, n=200)
+    path.write_bytes(data[:len(data) // 2])
+    part = len(read_shard(path)[2])
+    shards._warned.clear()
+    with open_db(str(tmp_path / "b")) as db:
+        rep = ingest(db, corpus)
+        assert rep.records == db.count() == part > 0
+        assert len(rep.skipped) == 1 and str(path) in rep.skipped[0] and "damaged" in rep.skipped[0]
+        assert any(str(path) in w for w in _warnings(capsys))
+        assert ingest(db, corpus).records == 0 and db.count() == part  # read again, nothing twice
+        path.write_bytes(data)  # repaired: the rest comes in, and then it is done with
+        rep = ingest(db, corpus)
+        assert rep.records == len(whole) - part and not rep.skipped and db.count() == len(whole)
+        assert ingest(db, corpus).records == 0 and db.count() == len(whole)
+        assert sorted(r.sentence for r in db.records()) == sorted(r["s"] for r in whole)
+
+
+def test_shard_without_a_readable_header_is_named_and_skipped(tmp_path, capsys):
+    corpus, path, data, _ = _whole_shard(tmp_path)
+    path.write_bytes(data[:40])
+    with open_db(str(tmp_path / "b")) as db:
+        rep = ingest(db, corpus)
+    assert rep.records == 0 and rep.skipped == [f"{path}: unreadable shard: truncated xz stream; skipped"]
+    assert _warnings(capsys) == [f"tlm: warning: {rep.skipped[0]}"]
+    shards._warned.clear()
+    assert corpus_summary(corpus) == {}
+    assert _warnings(capsys) == [f"tlm: warning: {rep.skipped[0]}"]  # readers name it too

@@ -29,6 +29,7 @@ import lzma
 import os
 import re
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -45,6 +46,9 @@ SHARD_VERSION = 1
 SUFFIX = ".jsonl.xz"
 _META_UID, _META_UPTO, _META_TASKS, _META_INGESTED = ("corpus.uid", "corpus.exported_upto", "corpus.exported_tasks",
                                                      "corpus.ingested")
+_META_PARTIAL = "corpus.partial"  # {shard: records ingested} of damaged shards, read again until repaired
+_CHUNK = 1024  # xz bytes decompressed at a time: what precedes damage is kept, but for its chunk
+_warned: set[str] = set()  # warnings given by this process (`tlm corpus --curve` reads each shard twice)
 
 
 @dataclass
@@ -59,7 +63,7 @@ class IngestReport:
     shards: list[str] = field(default_factory=list)  # paths read
     records: int = 0
     tasks: int = 0
-    skipped: list[str] = field(default_factory=list)  # "path: reason" for unreadable shards
+    skipped: list[str] = field(default_factory=list)  # "path: reason" for unreadable or damaged shards
 
 
 def hardware_slug(target_key: str) -> str:
@@ -183,7 +187,7 @@ def forget_shards(db: Database) -> None:
     """Make `db` new to every shard folder: a copy of another database (an sqlite backup) must not
     share its uid or its notes of what was exported and ingested, or its first flush would skip
     the records the original had flushed."""
-    keys = (_META_UID, _META_UPTO, _META_TASKS, _META_INGESTED)
+    keys = (_META_UID, _META_UPTO, _META_TASKS, _META_INGESTED, _META_PARTIAL)
     db.transaction(lambda c: c.execute(f"DELETE FROM meta WHERE key IN ({', '.join('?' * len(keys))})", keys))
 
 
@@ -211,27 +215,86 @@ def shard_paths(corpus: str | os.PathLike) -> list[Path]:
     return sorted(corpus.glob(f"*/*{SUFFIX}")) if corpus.is_dir() else []
 
 
-def read_shard(path: str | os.PathLike) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
-    """(header, tasks, records) of one shard; a TlmError if it is not one."""
-    header, tasks, records = None, [], []
+def _warn(message: str) -> None:  # once per message and process: no reader drops data silently
+    if message not in _warned:
+        _warned.add(message)
+        print(f"tlm: warning: {message}", file=sys.stderr, flush=True)
+
+
+def _decompress(path: str | os.PathLike) -> tuple[bytes, str | None]:
+    """What `path` decompresses to, up to any damage, and what the damage is (None if none). Fed in
+    small chunks, so a damaged stream still gives what precedes the damage (lzma.open's reader
+    loses the whole read that raised). Streams may be concatenated, as xz's may."""
     try:
-        with lzma.open(path, "rt") as f:
-            for i, line in enumerate(f):
-                obj = json.loads(line)
-                if i == 0:
-                    header = obj
-                    if not isinstance(obj, dict) or "shard" not in obj:
-                        raise TlmError(f"{path}: not a record shard (no header)")
-                    if obj["shard"] > SHARD_VERSION:
-                        raise TlmError(f"{path}: shard version {obj['shard']} is newer than this tlm's {SHARD_VERSION}")
-                elif "task" in obj:
-                    tasks.append(obj["task"])
-                else:
-                    records.append(obj)
-    except (OSError, EOFError, lzma.LZMAError, ValueError) as err:
+        data = Path(path).read_bytes()
+    except OSError as err:
         raise TlmError(f"{path}: unreadable shard: {err}") from None
+    out: list[bytes] = []
+    while True:
+        dec, pos, start = lzma.LZMADecompressor(), 0, len(out)
+        try:
+            while not dec.eof and pos < len(data):
+                out.append(dec.decompress(data[pos:pos + _CHUNK]))
+                pos += _CHUNK
+        except lzma.LZMAError as err:  # garbage right after a whole stream is ignored, as lzma.open does
+            return b"".join(out), None if start and not any(out[start:]) else f"corrupt xz data: {err}"
+        if not dec.eof:
+            return b"".join(out), "truncated xz stream" if data else "empty file"
+        data = dec.unused_data + data[pos:]
+        if not data.strip(b"\0"):  # nothing more, or stream padding
+            return b"".join(out), None
+
+
+def _line_ok(i: int, obj: Any) -> bool:  # the header, a task or a record, with what ingest reads
+    return isinstance(obj, dict) and (("shard" in obj and "target_key" in obj) if i == 0 else (
+        isinstance(obj["task"], dict) and "hash" in obj["task"]) if "task" in obj else (
+        isinstance(obj.get("t"), str) and isinstance(obj.get("lat"), list) and "by" in obj))
+
+
+def load_shard(path: str | os.PathLike) -> tuple[dict, list[dict[str, Any]], list[dict[str, Any]], str | None]:
+    """(header, tasks, records, damage) of one shard, warning nobody: `damage` is None for a whole
+    shard, else "path: damaged (what); N of M records read, the rest lost", with every complete
+    line before the damage (not the half line at the cut; nor any line from the first that is not
+    a shard line: the xz check covers a whole block, so what precedes a corrupt byte is unverified).
+    A TlmError if not even the header is readable, or the file is not a shard."""
+    raw, damage = _decompress(path)
+    lines = raw.split(b"\n")
+    if damage or not lines[-1]:
+        lines.pop()  # the half line at the cut, or the empty one after the last newline
+    header, tasks, records = None, [], []
+    for i, line in enumerate(lines):
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            obj = None
+        if not _line_ok(i, obj):
+            if i == 0 and isinstance(obj, dict):
+                raise TlmError(f"{path}: not a record shard (no header)")
+            damage = damage or f"line {i + 1} is not a shard line"
+            break
+        if i == 0:
+            header = obj
+            if obj["shard"] > SHARD_VERSION:
+                raise TlmError(f"{path}: shard version {obj['shard']} is newer than this tlm's {SHARD_VERSION}")
+        elif "task" in obj:
+            tasks.append(obj["task"])
+        else:
+            records.append(obj)
     if header is None:
-        raise TlmError(f"{path}: empty shard")
+        raise TlmError(f"{path}: unreadable shard: {damage}" if damage else f"{path}: empty shard")
+    if damage:
+        n, k = header.get("records"), len(records)
+        damage = f"{path}: damaged ({damage}); " + (f"all {n} records read" if n == k else
+                                                    f"{k}{f' of {n}' if n else ''} records read, the rest lost")
+    return header, tasks, records, damage
+
+
+def read_shard(path: str | os.PathLike) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(header, tasks, records) of one shard; a TlmError if it is not one. A damaged one gives
+    what precedes the damage and a warning on stderr naming it (load_shard)."""
+    header, tasks, records, damage = load_shard(path)
+    if damage:
+        _warn(damage)
     return header, tasks, records
 
 
@@ -239,13 +302,18 @@ def ingest(db: Database, corpus: str | os.PathLike) -> IngestReport:
     """Add the records of every shard under `corpus` that `db` has not seen to `db`.
 
     Records `db` measured and did not flush yet are flushed first (their ids would otherwise mix
-    with ingested ones). Each shard goes in with the note that it was read, in one transaction."""
+    with ingested ones). Each shard goes in with the note that it was read, in one transaction.
+    Unreadable and damaged shards are named on stderr and in `skipped`. A damaged shard's records
+    before the damage go in, and it is noted as partly read (N records), not as ingested: a repaired
+    file keeps its (content-derived) name, so were it noted as ingested its lost records would never
+    be read. Each reading adds the records past those N; once whole, it is noted as ingested."""
     from tlm.graph.tasks import Task
 
     corpus = Path(corpus)
     if pending(db):
         flush(db, corpus)
     seen = set(db.get_meta(_META_INGESTED, []))
+    partial: dict[str, int] = dict(db.get_meta(_META_PARTIAL, {}))
     report = IngestReport()
     arrived: set[str] = set()
     for path in shard_paths(corpus):
@@ -253,13 +321,23 @@ def ingest(db: Database, corpus: str | os.PathLike) -> IngestReport:
         if rel in seen:
             continue
         try:
-            header, tasks, records = read_shard(path)
+            header, tasks, records, damage = load_shard(path)
         except TlmError as err:
-            report.skipped.append(str(err))
-            continue
-        key = header["target_key"]
+            header, damage = None, f"{err}; skipped"
+        if damage:
+            report.skipped.append(damage)
+            _warn(damage)
+        key, done = header and header["target_key"], partial.get(rel, 0)
+        if header is None or damage and len(records) <= done:
+            continue  # unreadable, or damaged with nothing more than last time
+        if damage:
+            partial[rel] = len(records)
+        else:
+            seen.add(rel)
+            partial.pop(rel, None)
+        records = records[done:]
 
-        def write(conn, tasks=tasks, records=records, key=key, rel=rel):
+        def write(conn, tasks=tasks, records=records, key=key):
             for t in tasks:
                 task = Task.from_json(t)
                 conn.execute("INSERT OR IGNORE INTO workloads VALUES (?, ?, ?, ?)",
@@ -274,8 +352,7 @@ def ingest(db: Database, corpus: str | os.PathLike) -> IngestReport:
                      median, r.get("err"), r["by"], int(r.get("r", 0)), float(r.get("at", time.time())),
                      r.get("build_s"), r.get("run_s")))
             last = conn.execute("SELECT MAX(id) FROM records").fetchone()[0] or 0
-            seen.add(rel)
-            for k, v in ((_META_INGESTED, sorted(seen)), (_META_UPTO, last)):
+            for k, v in ((_META_INGESTED, sorted(seen)), (_META_PARTIAL, partial), (_META_UPTO, last)):
                 conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (k, json.dumps(v)))
 
         db.transaction(write)
@@ -289,11 +366,13 @@ def ingest(db: Database, corpus: str | os.PathLike) -> IngestReport:
 
 
 def readable_shards(corpus: str | os.PathLike) -> Iterator[tuple[Path, list[dict[str, Any]], list[dict[str, Any]]]]:
-    """(path, tasks, records) of every readable shard under `corpus` (unreadable ones are skipped)."""
+    """(path, tasks, records) of every readable shard under `corpus`: a damaged one with its records
+    before the damage; an unreadable one is skipped. Either is named on stderr."""
     for path in shard_paths(corpus):
         try:
             _, tasks, records = read_shard(path)
-        except TlmError:
+        except TlmError as err:
+            _warn(f"{err}; skipped")
             continue
         yield path, tasks, records
 
