@@ -178,8 +178,7 @@ def collect(config: CollectConfig, tasks: list | None = None, progress: bool = T
         with open_db(str(work / "db")) as db:
             got = ingest(db, corpus)
             before = db.count(target_key=target.key)
-        for s in got.skipped:
-            log(f"tlm: warning: {s}")
+        # a damaged or unreadable shard was named on stderr by ingest itself (got.skipped)
         log(f"corpus {corpus}: {len(got.shards)} new shards ingested ({got.records} records); "
             f"{before} records for {target.cpu} in {work / 'db'}")
         t0 = time.monotonic()
