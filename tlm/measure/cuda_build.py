@@ -10,7 +10,7 @@ instead, for what a runner needs to launch the kernels without TVM (tlm.measure.
   integer;
 - the workspaces' sizes.
 
-`tlm.measure.nvcc` turns the CUDA C of many programs into one cubin per task.
+`tlm.measure.nvcc` turns a file of many programs' CUDA C into one cubin.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tlm.errors import first_line
 from tlm.graph.target import TargetInfo
 
 _ARR_DATA = 1  # tvm_struct_get field of a DLTensor's data pointer (kArrData)
@@ -53,11 +54,6 @@ class CudaProgram:
     def plan(self) -> dict[str, Any]:
         """The launch plan as plain JSON (the bundle manifest's form)."""
         return {"kernels": [asdict(k) for k in self.kernels], "workspaces": list(self.workspaces)}
-
-
-def _line(err: BaseException) -> str:
-    lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
-    return (lines[-1] if lines else type(err).__name__)[:300]
 
 
 def _stmts(stmt):
@@ -210,7 +206,7 @@ def lower_cuda(mod, target: TargetInfo) -> CudaProgram:
             kernels, workspaces = _kernel_plan(host["main"], funcs)
             source = codegen_build(dev_mod, dev_target).inspect_source()
     except Exception as err:  # TVM errors are long C++ traces; one line travels
-        return CudaProgram(error=f"lowering failed: {_line(err)}")
+        return CudaProgram(error=f"lowering failed: {first_line(err)}")
     if not kernels:
         return CudaProgram(error="no kernel launched")
     return CudaProgram(source, kernels, workspaces)

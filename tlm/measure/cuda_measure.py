@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tlm.errors import TlmError
+from tlm.errors import TlmError, first_line
 
 RTOL, ATOL = 1e-4, 1e-5  # tlm.measure.measurer.MeasureConfig's defaults
 SLOW_MS = 50.0  # a checked run this slow is the program's one reading
@@ -228,96 +228,83 @@ def measure_task(m: Measurer, entry: dict[str, Any], compiled: dict[str, Any], b
     from tlm.measure.nvcc import KernelResources, launch_error
 
     h = entry["hash"]
+
+    def record(line: dict[str, Any]) -> None:
+        append_line(results, line)
+        done.add((line["t"], line["k"]))
+
     inputs, check, err = _task_inputs(entry, bundle)
     if err:
         for c in entry.get("candidates", []):
             if (h, c["id"]) not in done:
-                append_line(results, {"t": h, "k": c["id"], "lat": [], "err": err})
+                record({"t": h, "k": c["id"], "lat": [], "err": err})
         return
     pristine = [cp.asarray(x) for x in inputs]
     written = list(entry.get("written", []))
 
-    def plan_error(plan: dict[str, Any], prefix: str, file: dict[str, Any] | None) -> str | None:
+    def plan_error(plan: dict[str, Any], file: dict[str, Any] | None) -> str | None:
         if file is None or "error" in file:
             return (file or {}).get("error", "not compiled")
         res = {k: KernelResources(**v) for k, v in file["resources"].items()}
         prog = CudaProgram("", [Kernel(**k) for k in plan["kernels"]], plan["workspaces"])
-        return launch_error(prog, prefix, res, **arch_limits)
+        return launch_error(prog, plan["prefix"], res, **arch_limits)
 
-    def resources(plan: dict[str, Any], prefix: str, file: dict[str, Any]) -> dict[str, Any]:
-        res = [file["resources"].get(prefix + k["name"], {}) for k in plan["kernels"]]
+    def resources(plan: dict[str, Any], file: dict[str, Any]) -> dict[str, Any]:
+        res = [file["resources"].get(plan["prefix"] + k["name"], {}) for k in plan["kernels"]]
         return {"regs": [r.get("registers") for r in res], "smem": [r.get("smem") for r in res],
                 "spill": sum(r.get("spill_bytes", 0) for r in res)}
 
-    expected = None  # the reference's buffers, once checked against the CPU
-    ref = entry.get("ref")
-    ref_file = compiled.get("ref")
-    if ref and (h, "ref") not in done:
-        write_progress(progress, h, "ref")
-        line: dict[str, Any] = {"t": h, "k": "ref", "lat": [], "err": None}
-        line["err"] = plan_error(ref, ref["prefix"], ref_file)
+    def measure(k, plan: dict[str, Any], file: dict[str, Any] | None, judge, keep: bool = False):
+        """Run program k once, `judge(buffers)` -> (error, how it was checked), time it if right;
+        its line recorded. With `keep`, the buffers of its checked run are returned (if right)."""
+        write_progress(progress, h, k)
+        line: dict[str, Any] = {"t": h, "k": k, "lat": [], "err": plan_error(plan, file)}
+        kept = None
         try:
             if not line["err"]:
-                launch = m.launcher(ref_file["cubin"], ref["prefix"], ref)
+                launch = m.launcher(file["cubin"], plan["prefix"], plan)
                 bufs, first = m.run_checked(launch, pristine)
-                line["err"] = _cpu_mismatch(bufs, pristine, check, written)
-                if line["err"]:
-                    line["err"] = f"WrongResult against the CPU: {line['err']}"
-                else:
-                    expected = bufs
-                    line["lat"] = m.time(launch, [b.copy() for b in bufs], first)
-                line.update(resources(ref, ref["prefix"], ref_file))
-        except Exception as err:
-            line["err"], line["lat"], expected = f"fault: {type(err).__name__}: {_one_line(err)}", [], None
-            append_line(results, line)
+                line["err"], how = judge(bufs)
+                if how:
+                    line["check"] = how
+                if not line["err"]:
+                    kept = [b.copy() for b in bufs] if keep else None
+                    line["lat"] = m.time(launch, bufs, first)
+                line.update(resources(plan, file))
+        except Exception as err:  # a CUDA error may have taken the context: record it, start anew
+            record(dict(line, err=f"fault: {type(err).__name__}: {first_line(err)}", lat=[]))
             if _is_cuda_error(err):
                 raise SystemExit(3) from None
-            line = None
-        if line is not None:
-            append_line(results, line)
+            return None
+        record(line)
+        return kept
+
+    def against_cpu(bufs, what: str = "WrongResult") -> str | None:
+        reason = _cpu_mismatch(bufs, pristine, check, written)
+        return f"{what}: {reason}" if reason else None
+
+    expected = None  # the reference's buffers, once checked against the CPU
+    ref, ref_file = entry.get("ref"), compiled.get("ref")
+    if ref and (h, "ref") not in done:
+        expected = measure("ref", ref, ref_file, lambda bufs: (against_cpu(bufs, "WrongResult against the CPU"), None),
+                           keep=True)
     elif ref and ref_file and "cubin" in ref_file:  # resumed: run it again for the expected outputs
-        launch = m.launcher(ref_file["cubin"], ref["prefix"], ref)
-        bufs, _ = m.run_checked(launch, pristine)
-        if _cpu_mismatch(bufs, pristine, check, written) is None:
+        bufs, _ = m.run_checked(m.launcher(ref_file["cubin"], ref["prefix"], ref), pristine)
+        if against_cpu(bufs) is None:
             expected = bufs
+
+    def against_reference(bufs) -> tuple[str | None, str]:
+        if expected is None:  # no checked reference: the CPU's sampled elements decide
+            return against_cpu(bufs), "cpu-sample"
+        bad = [f"buffer {i}: {r}" for i, (b, e) in enumerate(zip(bufs, expected)) if (r := compare(b, e))]
+        return (f"WrongResult: {bad[0]}" if bad else None), "reference"
+
     for c in entry.get("candidates", []):
-        k = c["id"]
-        if (h, k) in done:
+        if (h, c["id"]) in done:
             continue
         if stop():
             return
-        write_progress(progress, h, k)
-        file = compiled["files"].get(str(k))
-        line = {"t": h, "k": k, "lat": [], "err": plan_error(c, c["prefix"], file)}
-        try:
-            if not line["err"]:
-                launch = m.launcher(file["cubin"], c["prefix"], c)
-                bufs, first = m.run_checked(launch, pristine)
-                if expected is not None:
-                    line["check"] = "reference"
-                    reasons = [compare(b, e) for b, e in zip(bufs, expected)]
-                    bad = [f"buffer {i}: {r}" for i, r in enumerate(reasons) if r]
-                    line["err"] = f"WrongResult: {bad[0]}" if bad else None
-                else:  # no checked reference: the CPU's sampled elements decide
-                    line["check"] = "cpu-sample"
-                    reason = _cpu_mismatch(bufs, pristine, check, written)
-                    line["err"] = f"WrongResult: {reason}" if reason else None
-                if not line["err"]:
-                    line["lat"] = m.time(launch, bufs, first)
-                line.update(resources(c, c["prefix"], file))
-        except Exception as err:  # a CUDA error may have taken the context: record it, start anew
-            line["err"] = f"fault: {type(err).__name__}: {_one_line(err)}"
-            line["lat"] = []
-            append_line(results, line)
-            if _is_cuda_error(err):
-                raise SystemExit(3) from None
-            continue
-        append_line(results, line)
-
-
-def _one_line(err: BaseException) -> str:
-    lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
-    return (lines[-1] if lines else "")[:300]
+        measure(c["id"], c, compiled["files"].get(str(c["id"])), against_reference)
 
 
 def _is_cuda_error(err: BaseException) -> bool:
@@ -366,13 +353,13 @@ def child_main(bundle: Path, work: Path, out: Path) -> int:
             except SystemExit:
                 raise
             except Exception as err:  # a task-level failure: its programs' records say why
-                why = f"task failed on the GPU machine: {type(err).__name__}: {_one_line(err)}"
+                why = f"task failed on the GPU machine: {type(err).__name__}: {first_line(err)}"
                 for c in entries[h].get("candidates", []):
                     if (h, c["id"]) not in done:
                         append_line(results, {"t": h, "k": c["id"], "lat": [], "err": why})
+                        done.add((h, c["id"]))
                 if _is_cuda_error(err):
                     raise SystemExit(3) from None
-            done |= {(r["t"], r["k"]) for r in read_lines(results) if r["t"] == h}
             measured.add(h)
             if (work / "STOP").exists():
                 return 0

@@ -35,11 +35,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tlm.errors import TlmError
+from tlm.errors import TlmError, first_line
 from tlm.graph.target import TargetInfo, resolve_target
 from tlm.graph.tasks import Task
 from tlm.measure.cuda_build import CudaProgram, lower_cuda, rename_kernels, split_source
-from tlm.measure.cuda_measure import MANIFEST, read_manifest, sample_index  # noqa: F401 - the bundle's format
+from tlm.measure.cuda_measure import MANIFEST, sample_index
 
 BUNDLE_VERSION = 1
 REF_PREFIX = "ref_"
@@ -69,8 +69,7 @@ def dlight_program(task: Task, target: TargetInfo) -> CudaProgram:
             mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
                                           dl.gpu.GeneralReduction(), dl.gpu.Fallback())(tvm.ir.load_json(task.mod_json))
     except Exception as err:  # a task dlight cannot schedule
-        lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
-        return CudaProgram(error=f"dlight: {(lines[-1] if lines else type(err).__name__)[:300]}")
+        return CudaProgram(error=f"dlight: {first_line(err)}")
     return lower_cuda(tvm.IRModule({"main": mod["main"]}), target)
 
 
@@ -96,10 +95,6 @@ def sample_programs(task: Task, target: TargetInfo, n: int, seed: int, seconds: 
     stats = {"tries": counts["tries"], "rejected": counts["errors"], "lowering_errors": lowering,
              "first_error": counts["first_error"] or first_error, "sample_s": round(time.perf_counter() - start, 2)}
     return out, stats
-
-
-def arg_infos(task: Task) -> list:
-    return [["TENSOR", a["dtype"], a["shape"]] for a in task.args]
 
 
 def cpu_check(task: Task, seed: int, path: Path) -> dict[str, Any]:
@@ -169,8 +164,7 @@ def build_task(job: dict[str, Any]) -> dict[str, Any]:
         entry.update(cpu_check(task, cfg.seed, check))
         entry["check"] = f"checks/{task.hash}.npz"
     except Exception as err:  # one bad task never stops the bundle
-        lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
-        entry["error"] = (lines[-1] if lines else type(err).__name__)[:300]
+        entry["error"] = first_line(err)
         return entry
     files = []
     if not ref.error:

@@ -14,10 +14,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tlm.errors import TlmError
-from tlm.graph.tasks import Task
 
 _META = "gpu_ingested"
 
@@ -43,19 +41,9 @@ def card_matches(card: str, device_name: str) -> bool:
     return bool(card) and card.lower() in device_name.lower().replace(" ", "").replace("-", "")
 
 
-def _lines(path: Path) -> list[dict[str, Any]]:
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
-
-
 def ingest_results(bundle: str | Path, results: str | Path, db_dir: str, corpus: str | None) -> GpuIngestReport:
     from tlm.measure.database import open_db
-    from tlm.measure.cuda_measure import read_manifest
+    from tlm.measure.cuda_measure import read_lines, read_manifest
     from tlm.measure.gpu_bundle import read_tasks
     from tlm.measure.measurer import Candidate, MeasureResult
     from tlm.measure.shards import flush
@@ -79,7 +67,7 @@ def ingest_results(bundle: str | Path, results: str | Path, db_dir: str, corpus:
     sentences = {(e["hash"], c["id"]): c["sentence"] for e in manifest["tasks"] for c in e.get("candidates", [])}
     text = res_file.read_bytes()
     digest = hashlib.sha256(text).hexdigest()[:16]
-    lines = [r for r in _lines(res_file) if r.get("k") != "ref"]
+    lines = [r for r in read_lines(res_file) if r.get("k") != "ref"]
     out: list = []
     for r in lines:
         task = tasks.get(r["t"])

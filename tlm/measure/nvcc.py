@@ -1,12 +1,12 @@
-"""CUDA C -> cubin with NVIDIA's compiler, here, without a GPU (the `cuda` install extra).
+"""CUDA C -> cubin with NVIDIA's compiler, on any machine (the `cuda` install extra here, the
+machine's own toolkit where there is a GPU).
 
-Many programs of one task go into one file and one `nvcc -cubin` call (a call costs ~0.5 s of
-start-up whatever it compiles): TVM's preamble once, then each program's kernels, renamed
-`p<k>_<name>`. ptxas's resource report (`-Xptxas -v`: registers, spills, shared memory) decides,
-before a program travels, whether it can launch at all on the card: a kernel whose block needs
-more registers or shared memory than an SM has is refused here, as the driver would refuse it
-there. When a file does not compile, its programs are compiled one by one so that one bad
-program costs only its own record.
+A bundle's file holds many programs of one task (a call costs ~0.5 s of start-up whatever it
+compiles): TVM's preamble once, then each program's kernels, renamed `p<k>_<name>`
+(tlm.measure.gpu_bundle). ptxas's resource report (`-Xptxas -v`: registers, spills, shared
+memory) decides, before a program is timed, whether it can launch at all on the card: a kernel
+whose block needs more registers or shared memory than an SM has is refused as the driver would
+refuse it (`launch_error`).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from tlm.errors import TlmError
-from tlm.measure.cuda_build import CudaProgram, rename_kernels, split_source
+from tlm.measure.cuda_build import CudaProgram
 
 NVCC_TIMEOUT_S = 600.0
 
@@ -37,16 +37,6 @@ class KernelResources:
     smem: int = 0  # static shared memory bytes
     spill_bytes: int = 0
     stack: int = 0
-
-
-@dataclass
-class GroupResult:
-    """One cubin holding the programs that compiled; `errors[k]` for those that did not."""
-
-    cubin: bytes | None
-    resources: dict[str, KernelResources] = field(default_factory=dict)  # by (renamed) kernel name
-    errors: dict[int, str] = field(default_factory=dict)
-    seconds: float = 0.0
 
 
 def find_toolkit() -> Toolkit | None:
@@ -122,69 +112,6 @@ def compile_source(tk: Toolkit, source: str, arch: str) -> tuple[bytes | None, s
             errors = [ln for ln in report.splitlines() if "error" in ln.lower()]
             return None, (errors[0] if errors else report.strip().splitlines()[-1] if report.strip() else "nvcc failed")[:300]
         return out.read_bytes(), report
-
-
-def kernel_prefix(k: int) -> str:
-    return f"p{k}_"
-
-
-def compile_group(programs: list[CudaProgram], arch: str, tk: Toolkit | None = None) -> GroupResult:
-    """One cubin for `programs` (same preamble expected; others are compiled alone), kernels
-    renamed `p<k>_<name>` for program k."""
-    import time
-
-    tk = tk or require_toolkit()
-    start = time.perf_counter()
-    result = GroupResult(None)
-    parts: dict[str, list[int]] = {}
-    bodies: dict[int, str] = {}
-    for k, prog in enumerate(programs):
-        if prog.error:
-            result.errors[k] = prog.error
-            continue
-        preamble, kernels = split_source(prog.source)
-        bodies[k] = rename_kernels(kernels, [kn.name for kn in prog.kernels], kernel_prefix(k))
-        parts.setdefault(preamble, []).append(k)
-    # The largest set of programs with one preamble goes in the shared file; the others alone.
-    if not parts:
-        return result
-    main_preamble = max(parts, key=lambda p: len(parts[p]))
-    members = parts[main_preamble]
-    singles = [k for p, ks in parts.items() if p != main_preamble for k in ks]
-    cubin, report = compile_source(tk, main_preamble + "\n".join(bodies[k] for k in members), arch)
-    if cubin is None:  # find the bad ones: each alone
-        singles += members
-        members = []
-    else:
-        result.cubin = cubin
-        result.resources.update(parse_ptxas(report))
-    for k in singles:
-        preamble, _ = split_source(programs[k].source)
-        alone, report = compile_source(tk, preamble + bodies[k], arch)
-        if alone is None:
-            result.errors[k] = f"nvcc: {report}"
-            continue
-        result.resources.update(parse_ptxas(report))
-        members.append(k)
-    if singles and any(k not in result.errors for k in singles):
-        # The survivors go into one file again (one module to load per task there).
-        ok = sorted(k for k in bodies if k not in result.errors)
-        same = {split_source(programs[k].source)[0] for k in ok}
-        if len(same) == 1:
-            cubin, report = compile_source(tk, same.pop() + "\n".join(bodies[k] for k in ok), arch)
-            if cubin is not None:
-                result.cubin = cubin
-                result.resources.update(parse_ptxas(report))
-            else:  # pragma: no cover - compiled alone, not together
-                for k in ok:
-                    result.errors[k] = "nvcc: compiled alone but not with the others"
-                result.cubin = None
-        else:
-            for k in ok:
-                if k in singles:
-                    result.errors[k] = "nvcc: a preamble unlike the task's other programs"
-    result.seconds = time.perf_counter() - start
-    return result
 
 
 def launch_error(prog: CudaProgram, prefix: str, resources: dict[str, KernelResources], max_smem: int = 49152,
