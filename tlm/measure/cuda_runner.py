@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tlm.errors import first_line
 from tlm.measure.cuda_measure import append_line, read_lines
 
 MAX_RESTARTS = 200
@@ -107,7 +108,7 @@ def run(bundle: Path, out: Path, seconds: float, jobs: int, hang_seconds: float,
         files = list(e.get("groups", []))
         if e.get("ref"):
             files.append({"src": e["ref"]["src"], "members": ["ref"]})
-        pending[e["hash"]] = {"t": e["hash"], "files": {}, "left": len(files)}
+        pending[e["hash"]] = {"files": {}, "left": len(files)}
         for f in files:
             cubin = str(work / "cubin" / (Path(f["src"]).name.replace(".cu.xz", ".cubin")))
             jobs_list.append((e["hash"], f["members"], str(bundle / f["src"]), cubin))
@@ -141,26 +142,19 @@ def run(bundle: Path, out: Path, seconds: float, jobs: int, hang_seconds: float,
             child = start_child()
             return
         code = child.poll()
-        prog = work / "progress.json"
-        hung = False
-        if code is None and prog.exists():
-            try:
-                state = json.loads(prog.read_text())
-            except ValueError:
-                state = {}
-            hung = state and time.time() - state.get("at", time.time()) > hang_seconds
-        if code is None and not hung:
+        if code == 0:
             return
-        if code == 0 and not hung:
+        prog = work / "progress.json"
+        try:  # the program in progress: the one that faulted or hung, if it comes to that
+            state = json.loads(prog.read_text())
+        except (OSError, ValueError):
+            state = None
+        hung = code is None and bool(state) and time.time() - state.get("at", time.time()) > hang_seconds
+        if code is None and not hung:
             return
         if hung:
             child.kill()
             child.wait()
-        # the candidate in progress is the one that faulted (or hung): its record says so
-        try:
-            state = json.loads(prog.read_text())
-        except (OSError, ValueError):
-            state = None
         if state and (state["t"], state["k"]) not in {(r["t"], r["k"]) for r in read_lines(results)}:
             why = f"hung over {hang_seconds:.0f} s" if hung else f"runner died (exit {code}): {_tail(out / 'child.log')}"
             append_line(results, {"t": state["t"], "k": state["k"], "lat": [], "err": f"fault: {why}"})
@@ -251,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         run(bundle, out, args.seconds, args.jobs, args.hang_seconds, measure=not args.compile_only,
             work=Path(args.work) if args.work else None)
     except Exception as err:  # a one-line error, the results so far kept
-        print(f"error: {str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__}", file=sys.stderr)
+        print(f"error: {first_line(err)}", file=sys.stderr)
         return 1
     return 0
 
