@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# One call on the GPU machine (issue 49): measure GPU bundles, then PyTorch's baselines.
+# One call on the GPU machine (issue 49): train a GPU TLM, measure GPU bundles, then PyTorch's baselines.
 #   bash bench/gpu_device.sh BUNDLE[:SECONDS] ...   (SECONDS_PER_BUNDLE default, PYTORCH=0/1, COMPILE=0/1)
 # Writes under $OUT (8 files come back): <bundle>-results.jsonl and <bundle>-summary.json (the
 # device in it) per bundle, log.txt, pytorch.json. The bundles are built here (tlm gpu bundle) and
 # carried; nothing is downloaded there. Needs python3 with numpy + CuPy, nvcc, torch.
+# TRAIN=DIR first pretrains TLM-base on DIR/corpus.json.xz with DIR/tokenizer.json (`tlm pretrain
+# --vocab-only --data BUNDLE...` made both where TVM is), fine-tunes it on DIR/demos.jsonl
+# (tlm.model.demos.write_demos) and brings both back as $OUT/tlm-base.tar and tlm-ft.tar (STEPS, FT_EPOCHS).
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/tlm-out}
@@ -13,6 +16,17 @@ mkdir -p "$OUT"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
   command -v nvcc && nvcc --version | tail -1
   python3 -c "import cupy, numpy; print('cupy', cupy.__version__, 'numpy', numpy.__version__)"
+  if [ -n "${TRAIN:-}" ]; then
+    M=/tmp/tlm-models; mkdir -p $M/base; cp "$TRAIN/tokenizer.json" $M/base/
+    timeout ${TRAIN_SECONDS:-300} python3 -m tlm.cli pretrain --data "$TRAIN/corpus.json.xz" --out $M/base \
+      --preset small --steps ${STEPS:-2000} --batch-size 64 --device cuda
+    echo "pretrain rc $?"
+    timeout 200 python3 -m tlm.model.finetune --base $M/base --demos "$TRAIN/demos.jsonl" --out $M/ft \
+      --epochs ${FT_EPOCHS:-10} --seed 1 --device cuda
+    echo "finetune rc $?"
+    rm -rf $M/base/checkpoint  # one tar per model: a file that comes back holds 16 MiB at most
+    for m in base ft; do tar -C $M -cf "$OUT/tlm-$m.tar" $m && ls -la "$OUT/tlm-$m.tar"; done
+  fi
   for arg in "$@"; do
     b=${arg%%:*}; secs=${SECONDS_PER_BUNDLE:-360}
     [ "$b" != "$arg" ] && secs=${arg#*:}

@@ -242,3 +242,55 @@ def test_gpu_runner_measures_a_bundle(bundle, tmp_path):
     out, _, manifest = bundle
     summary = run(out, tmp_path / "r", seconds=300, jobs=4, hang_seconds=30, log=lambda *_: None)
     assert summary["programs"] == 6 and summary["references_ok"] == 2 and summary["wrong"] == 0
+
+
+def test_bundle_of_proposed_sentences(bundle, tmp_path):
+    """--candidates: those tasks only, their programs in file order with their proposer; a
+    sentence that names no program is counted against its proposer, not dropped silently."""
+    from tlm.measure.gpu_bundle import BundleConfig, build_bundle
+
+    _, tasks, manifest = bundle
+    matmul = manifest["tasks"][0]
+    lines = [{"task": matmul["hash"], "proposer": "tlm", "sentence": c["sentence"]} for c in matmul["candidates"]]
+    lines.insert(1, {"task": matmul["hash"], "proposer": "metaschedule", "sentence": "not a program"})
+    path = tmp_path / "candidates.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    got = build_bundle(tasks, BundleConfig(jobs=1, candidates=str(path)), tmp_path / "b", progress=False)
+    (entry,) = got["tasks"]
+    assert entry["hash"] == matmul["hash"] and entry["refused"] == {"metaschedule": 1}
+    assert [(c["proposer"], c["sentence"]) for c in entry["candidates"]] == \
+        [("tlm", c["sentence"]) for c in matmul["candidates"]]
+    with pytest.raises(TlmError, match="unreadable candidates"):
+        build_bundle(tasks, BundleConfig(jobs=1, candidates=str(tmp_path / "none.jsonl")), tmp_path / "c", progress=False)
+
+
+def test_ingest_under_another_card_of_the_same_code(bundle, tmp_path):
+    """An H200 bundle measured on an H100: its records are the H100's, prompts included; a card
+    whose programs differ (another arch) is refused."""
+    from tlm.graph.target import resolve_target
+    from tlm.measure.gpu_ingest import ingest_results, same_code
+    from tlm.measure.shards import read_shard, shard_paths
+    from tlm.space.language import prompt_tokens
+
+    out, tasks, manifest = bundle
+    assert same_code(resolve_target("h100").config, manifest["target"])
+    assert not same_code(resolve_target("a100").config, manifest["target"])
+    _fake_run(tmp_path / "run", manifest, device="NVIDIA H100 80GB HBM3")
+    report = ingest_results(out, tmp_path / "run", str(tmp_path / "db"), str(tmp_path / "corpus"), card="h100")
+    assert report.records == 6
+    (shard,) = shard_paths(tmp_path / "corpus")
+    assert shard.parent.name == "cuda-h100"
+    _, _, records = read_shard(shard)
+    prompt = " ".join(prompt_tokens(tasks[0], resolve_target("h100")))
+    assert sum(r["s"].startswith(prompt + " ") for r in records) == 3
+    with pytest.raises(TlmError, match="differ"):
+        ingest_results(out, tmp_path / "run", str(tmp_path / "db2"), None, card="a100")
+
+
+def test_pretraining_reads_a_bundles_programs(bundle):
+    from tlm.model.pretrain import read_corpus
+
+    out, _, manifest = bundle
+    sentences, meta = read_corpus([out])
+    assert sorted(sentences) == sorted(c["sentence"] for e in manifest["tasks"] for c in e["candidates"])
+    assert meta["target"]["model"] == "h200" and [t["target"]["model"] for t in meta["targets"]] == ["h200"]

@@ -54,6 +54,7 @@ class BundleConfig:
     jobs: int = 2
     task_seconds: float = 60.0  # sampling time per task at most (GPU spaces reject most samples)
     max_tries_per_program: int = 40
+    candidates: str | None = None  # JSON lines {task, proposer, sentence}: these programs, not random ones
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -94,6 +95,37 @@ def sample_programs(task: Task, target: TargetInfo, n: int, seed: int, seconds: 
             break
     stats = {"tries": counts["tries"], "rejected": counts["errors"], "lowering_errors": lowering,
              "first_error": counts["first_error"] or first_error, "sample_s": round(time.perf_counter() - start, 2)}
+    return out, stats
+
+
+def proposed_programs(task: Task, target: TargetInfo, proposals: list[dict[str, Any]]
+                      ) -> tuple[list[tuple[int, str, CudaProgram, str]], dict[str, Any]]:
+    """The programs that sentences name, in their order (a tuner's proposals, say), lowered:
+    (space, sentence, lowered, proposer); a sentence that names no valid program is counted
+    per proposer in the stats, never silently dropped."""
+    from tlm.space.design import task_space
+    from tlm.space.language import parse
+
+    space = task_space(task, target)
+    out: list[tuple[int, str, CudaProgram, str]] = []
+    refused: dict[str, int] = {}
+    first_error = None
+    start = time.perf_counter()
+    for p in proposals:
+        try:
+            prog = parse(p["sentence"], task, target, space=space)
+            error = prog.error
+        except TlmError as err:
+            prog, error = None, str(err)
+        cuda = lower_cuda(prog.sch.mod, target) if prog is not None and not error else None
+        error = error or (cuda.error if cuda is not None else None)
+        if error:
+            refused[p["proposer"]] = refused.get(p["proposer"], 0) + 1
+            first_error = first_error or error
+            continue
+        out.append((prog.space, p["sentence"], cuda, p["proposer"]))
+    stats = {"tries": len(proposals), "rejected": sum(refused.values()), "refused": refused, "lowering_errors": 0,
+             "first_error": first_error, "sample_s": round(time.perf_counter() - start, 2)}
     return out, stats
 
 
@@ -155,8 +187,12 @@ def build_task(job: dict[str, Any]) -> dict[str, Any]:
     try:
         from tlm.space.sampling import task_seed
 
-        progs, stats = sample_programs(task, target, cfg.per_task, task_seed(cfg.seed, task.hash),
-                                       cfg.task_seconds, cfg.max_tries_per_program)
+        if job.get("proposals") is not None:
+            progs, stats = proposed_programs(task, target, job["proposals"])
+        else:
+            sampled, stats = sample_programs(task, target, cfg.per_task, task_seed(cfg.seed, task.hash),
+                                             cfg.task_seconds, cfg.max_tries_per_program)
+            progs = [(*p, "random") for p in sampled]
         entry.update(stats)
         ref = dlight_program(task, target)
         entry["ref_error"] = ref.error
@@ -173,7 +209,7 @@ def build_task(job: dict[str, Any]) -> dict[str, Any]:
         _write_xz(out / rel, preamble + rename_kernels(kernels, [k.name for k in ref.kernels], REF_PREFIX))
         entry["ref"] = {"src": rel, "prefix": REF_PREFIX, **ref.plan()}
     entry["candidates"] = []
-    for g, (preamble, members) in enumerate(_groups([(s, c) for _, s, c in progs])):
+    for g, (preamble, members) in enumerate(_groups([(s, c) for _, s, c, _ in progs])):
         rel = f"src/{task.hash}-g{g}.cu.xz"
         bodies = []
         for k in members:
@@ -181,8 +217,9 @@ def build_task(job: dict[str, Any]) -> dict[str, Any]:
             bodies.append(rename_kernels(split_source(cuda.source)[1], [kn.name for kn in cuda.kernels], f"p{k}_"))
         _write_xz(out / rel, preamble + "\n".join(bodies))
         files.append({"src": rel, "members": members})
-    for k, (space, sentence, cuda) in enumerate(progs):
-        entry["candidates"].append({"id": k, "space": space, "sentence": sentence, "prefix": f"p{k}_", **cuda.plan()})
+    for k, (space, sentence, cuda, proposer) in enumerate(progs):
+        entry["candidates"].append({"id": k, "space": space, "sentence": sentence, "proposer": proposer,
+                                    "prefix": f"p{k}_", **cuda.plan()})
     entry["groups"] = files
     entry["build_s"] = round(time.perf_counter() - start, 2)
     return entry
@@ -192,8 +229,22 @@ def _entries_dir(out: Path) -> Path:
     return out / "tasks"
 
 
+def read_candidates(path: str | Path) -> dict[str, list[dict[str, Any]]]:
+    """Proposed programs per task hash, in file order: JSON lines {task, proposer, sentence}."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    try:
+        for line in Path(path).read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                out.setdefault(r["task"], []).append({"proposer": r["proposer"], "sentence": r["sentence"]})
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise TlmError(f"unreadable candidates file {path}: {first_line(err)}") from None
+    return out
+
+
 def build_bundle(tasks: list[Task], cfg: BundleConfig, out: str | Path, progress: bool = True) -> dict[str, Any]:
-    """Build (or resume) a bundle of `tasks` under `out`; returns the manifest."""
+    """Build (or resume) a bundle of `tasks` under `out` (with cfg.candidates: those of its
+    tasks that have candidates, with those programs); returns the manifest."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     out = Path(out)
@@ -205,6 +256,9 @@ def build_bundle(tasks: list[Task], cfg: BundleConfig, out: str | Path, progress
         else:
             unique[t.hash] = Task.from_json(t.to_json(with_mod=True))
     tasks = list(unique.values())
+    proposals = read_candidates(cfg.candidates) if cfg.candidates else None
+    if proposals is not None:
+        tasks = [t for t in tasks if t.hash in proposals]
     if target.kind != "cuda":
         raise TlmError(f"bad target {cfg.target!r}: a GPU bundle needs a CUDA target")
     for sub in ("src", "checks", "tasks"):
@@ -217,7 +271,8 @@ def build_bundle(tasks: list[Task], cfg: BundleConfig, out: str | Path, progress
     else:
         cfg_path.write_text(json.dumps(cfg.to_json(), indent=1))
     todo = [t for t in tasks if not (_entries_dir(out) / f"{t.hash}.json").exists()]
-    jobs = [{"task": t.to_json(with_mod=True), "target": target, "config": cfg, "out": str(out)} for t in todo]
+    jobs = [{"task": t.to_json(with_mod=True), "target": target, "config": cfg, "out": str(out),
+             "proposals": proposals.get(t.hash) if proposals is not None else None} for t in todo]
     done = len(tasks) - len(todo)
     if jobs:
         with ProcessPoolExecutor(max_workers=max(1, cfg.jobs)) as pool:
@@ -274,7 +329,7 @@ def bundle_tasks(sources: list[str], target: TargetInfo, hold_out: str, limit: i
 
 def _cmd_bundle(args: argparse.Namespace) -> int:
     cfg = BundleConfig(target=args.target, per_task=args.per_task, seed=args.seed, jobs=args.jobs,
-                       task_seconds=args.task_seconds)
+                       task_seconds=args.task_seconds, candidates=args.candidates)
     target = resolve_target(args.target)
     skip = {p.stem for b in args.skip for p in (Path(b) / "tasks").glob("*.json")}
     tasks = [t for t in bundle_tasks(args.sources, target, args.hold_out, None) if t.hash not in skip]
@@ -297,5 +352,7 @@ def add_bundle_cli(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--task-seconds", type=float, default=60.0)
+    p.add_argument("--candidates", default=None,
+                   help="JSON lines {task, proposer, sentence}: bundle these programs of those tasks instead of random ones")
     p.add_argument("--out", required=True)
     p.set_defaults(func=_cmd_bundle)

@@ -26,7 +26,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_ingest(args: argparse.Namespace) -> int:
     from tlm.measure.gpu_ingest import ingest_results
 
-    report = ingest_results(args.bundle, args.results, args.db, args.corpus)
+    report = ingest_results(args.bundle, args.results, args.db, args.corpus, card=args.card)
     print(report)
     return 0
 
@@ -50,4 +50,6 @@ def register_cli(sub) -> None:
     p.add_argument("results", help="the run's --out folder")
     p.add_argument("--db", default="work/gpu/db", help="work database (not in git)")
     p.add_argument("--corpus", default="data/corpus", help="where the shards go")
+    p.add_argument("--card", default=None,
+                   help="the card measured on, when not the bundle's (its programs must be the same: h200 -> h100)")
     p.set_defaults(func=_cmd_ingest)

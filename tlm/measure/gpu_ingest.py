@@ -1,9 +1,10 @@
 """A GPU run's results (tlm.measure.cuda_runner) -> records -> the corpus's shards.
 
 Each candidate's line becomes one record of the bundle's target (the card's TVM config, `model`
-included: `cuda-h200` in the corpus), proposer `random`, its sentence as the program. The run's
-device must be the bundle's card: a result measured on another card is refused, never filed
-under the wrong hardware. The reference (TVM's dlight schedule) is not a program of the design
+included: `cuda-h200` in the corpus), its proposer (`random` unless the bundle says), its sentence
+as the program. The run's device must be the bundle's card, or a card named with `card` whose
+programs are the same (then the records and their prompts are that card's): a result is never
+filed under the wrong hardware. The reference (TVM's dlight schedule) is not a program of the design
 spaces; its timings stay in the run's folder (results.jsonl, `k: "ref"`). Ingesting the same
 results twice adds nothing (their digest is kept in the database).
 """
@@ -41,7 +42,21 @@ def card_matches(card: str, device_name: str) -> bool:
     return bool(card) and card.lower() in device_name.lower().replace(" ", "").replace("-", "")
 
 
-def ingest_results(bundle: str | Path, results: str | Path, db_dir: str, corpus: str | None) -> GpuIngestReport:
+# What a CUDA target's generated code depends on: two cards that agree here run the same programs.
+CODEGEN_KEYS = ("kind", "arch", "max_num_threads", "max_threads_per_block", "max_shared_memory_per_block",
+                "thread_warp_size", "registers_per_block")
+
+
+def same_code(a: dict, b: dict) -> bool:
+    """Whether two CUDA targets give the same programs (they may differ in L2 size and name)."""
+    return all(a.get(k) == b.get(k) for k in CODEGEN_KEYS)
+
+
+def ingest_results(bundle: str | Path, results: str | Path, db_dir: str, corpus: str | None,
+                   card: str | None = None) -> GpuIngestReport:
+    """`card`: the card the results were measured on when it is not the bundle's (a bundle built
+    for the H200 measured on an H100): allowed when both generate the same code (same_code), and
+    the records are filed under that card."""
     from tlm.measure.database import open_db
     from tlm.measure.cuda_measure import read_lines, read_manifest
     from tlm.measure.gpu_bundle import read_tasks
@@ -59,22 +74,37 @@ def ingest_results(bundle: str | Path, results: str | Path, db_dir: str, corpus:
         raise TlmError(f"{results}: no results.jsonl and device.json (the --out folder of a GPU run)")
     manifest = read_manifest(bundle)
     device = json.loads(dev_file.read_text()) if dev_file.exists() else json.loads(summary_file.read_text())["device"]
-    card = manifest.get("card", "")
-    if not card_matches(card, device.get("name", "")):
-        raise TlmError(f"the bundle is for {card or manifest['arch']!r} but was measured on {device.get('name')!r}")
-    key = json.dumps(manifest["target"], sort_keys=True)
+    config = manifest["target"]
+    if card:
+        from tlm.graph.target import resolve_target
+        from tlm.space.language import prompt_tokens
+
+        built, measured = resolve_target(manifest["target"]), resolve_target(card)
+        config = measured.config
+        if not same_code(config, manifest["target"]):
+            raise TlmError(f"the bundle was built for {manifest.get('card') or manifest['arch']!r}, whose programs "
+                           f"differ from {card!r}'s (arch, threads, shared memory or registers): build one for {card}")
+    name = config.get("model", "")
+    if not card_matches(name, device.get("name", "")):
+        raise TlmError(f"the records would be for {name or config.get('arch')!r} but were measured on {device.get('name')!r}"
+                       + ("" if card else " (--card names the card they were measured on)"))
+    key = json.dumps(config, sort_keys=True)
     tasks = read_tasks(bundle)
-    sentences = {(e["hash"], c["id"]): c["sentence"] for e in manifest["tasks"] for c in e.get("candidates", [])}
+    sentences = {(e["hash"], c["id"]): (c["sentence"], c.get("proposer", "random"))
+                 for e in manifest["tasks"] for c in e.get("candidates", [])}
     text = res_file.read_bytes()
     digest = hashlib.sha256(text).hexdigest()[:16]
     lines = [r for r in read_lines(res_file) if r.get("k") != "ref"]
     out: list = []
     for r in lines:
         task = tasks.get(r["t"])
-        sentence = sentences.get((r["t"], r["k"]))
+        sentence, proposer = sentences.get((r["t"], r["k"]), (None, None))
         if task is None or sentence is None:
             continue
-        cand = Candidate(task, proposer="random", sentence=sentence)
+        if card:  # the prompt names the card measured on (the decisions are the same programs)
+            old = prompt_tokens(task, built)
+            sentence = " ".join(prompt_tokens(task, measured) + sentence.split()[len(old):])
+        cand = Candidate(task, proposer=proposer, sentence=sentence)
         out.append(MeasureResult(cand, None, [float(x) for x in r.get("lat") or []], r.get("err")))
     with open_db(db_dir) as db:
         if digest in db.get_meta(_META, []):

@@ -165,13 +165,15 @@ PACKED = "corpus.json.xz"  # what `--vocab-only` writes beside the tokenizer: {"
 
 
 def read_corpus(dirs: list[str | Path]) -> tuple[list[str], dict[str, Any]]:
-    """The sentences of sampling directories (one per target, say) and the tlm.json meta that
-    says what they were sampled for (`target`: the first, `targets`: all, tlm.model.lm). A
+    """The sentences of sampling directories (one per target, say) or GPU bundles
+    (tlm.measure.gpu_bundle: their candidates are random valid programs) and the tlm.json meta
+    that says what they were sampled for (`target`: the first, `targets`: all, tlm.model.lm). A
     packed corpus file (PACKED: the distinct sentences and that meta, a few MB to carry to a
     GPU machine without TVM) stands for the directories it was packed from."""
     import lzma
 
-    from tlm.model.lm import model_targets
+    from tlm.measure.cuda_measure import MANIFEST as GPU_MANIFEST, read_manifest
+    from tlm.model.lm import model_targets, target_summary
     from tlm.space.sampling import read_shards
 
     sentences: list[str] = []
@@ -184,6 +186,11 @@ def read_corpus(dirs: list[str | Path]) -> tuple[list[str], dict[str, Any]]:
                 packed = json.loads(lzma.decompress(Path(d).read_bytes()))
                 sentences.extend(packed["sentences"])
                 manifest, found = packed["meta"], packed["meta"]["targets"]
+            elif (Path(d) / GPU_MANIFEST).is_file():  # a GPU bundle: its candidates are random valid programs
+                bundle = read_manifest(d)
+                sentences.extend(c["sentence"] for e in bundle["tasks"] for c in e.get("candidates", []))
+                summary = target_summary(bundle["target"])
+                manifest, found = {"target": summary["target"], "target_id": summary["target_id"]}, [summary]
             else:
                 manifest = json.loads((Path(d) / "manifest.json").read_text())
                 sentences.extend(r["sentence"] for r in read_shards(d))

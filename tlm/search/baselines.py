@@ -21,7 +21,7 @@ from tlm.search.base import Tuner, progress_bar, seeds, summarize
 from tlm.space.design import plain_json
 
 
-def tune_context(task: Task, target, strategy: str | None = None):
+def tune_context(task: Task, target, strategy: str | None = None, seed: int | None = None):
     """MetaSchedule's TuneContext of a task: its design spaces, postprocessors, search strategy."""
     from tvm.s_tir import meta_schedule as ms
 
@@ -29,10 +29,29 @@ def tune_context(task: Task, target, strategy: str | None = None):
     from tlm.space.intrin import light_tensor_intrin
 
     light_tensor_intrin()
-    return ms.TuneContext(  # the same spaces as tlm's own (tlm.space.inline)
-        mod=space_mod(task, target), target=target.tvm(), space_generator="post-order-apply",
+    # the same spaces as tlm's own (tlm.space.design: on GPUs the SIMT rules, no tensor cores)
+    gen = (ms.space_generator.PostOrderApply(sch_rules="cuda", postprocs="cuda", mutator_probs="cuda")
+           if target.kind == "cuda" else "post-order-apply")
+    return ms.TuneContext(
+        mod=space_mod(task, target), target=target.tvm(), space_generator=gen,
         search_strategy=strategy, task_name=task.name, num_threads=max(1, target.cores if target.kind == "llvm" else (os.cpu_count() or 1)),
+        rand_state=-1 if seed is None else int(seed) % (2**31 - 1),  # TVM takes an int64; task seeds are wider
     )
+
+
+def metaschedule_first_round(task: Task, target, n: int, seed: int = 0) -> list:
+    """The `n` schedules MetaSchedule measures first on a task (its evolutionary search with an
+    empty database and an untrained XGBoost model: no measured feedback is needed, so this runs
+    where the target's hardware is not, a GPU's included), in its order."""
+    from tvm.s_tir import meta_schedule as ms
+
+    ctx = tune_context(task, target, strategy="evolutionary", seed=seed)
+    ctx.pre_tuning(max_trials=n, num_trials_per_iter=n, design_spaces=ctx.generate_design_space(),
+                   database=ms.database.MemoryDatabase(),
+                   cost_model=ms.cost_model.XGBModel(extractor="per-store-feature", adaptive_training=True))
+    cands = list(ctx.generate_measure_candidates() or [])[:n]
+    ctx.post_tuning()
+    return [c.sch for c in cands]
 
 
 def random_programs(task: Task, ctx, spaces, seeds: list[int], seen: set[str]) -> list:

@@ -1,0 +1,73 @@
+"""The held-out GPU benchmark's bookkeeping: proposals in order, best of the first k, the report.
+
+The report's numbers here are made up (no GPU measured them): a unit test of the arithmetic."""
+
+import gzip
+import json
+
+import pytest
+
+from tlm.eval.gpu_heldout import best_of, contenders, heldout_report, report_markdown
+
+
+def test_best_of_the_first_k_in_measured_order():
+    lat = [3.0, None, 1.0, 2.0]
+    assert best_of(lat, 0) == 3.0 and best_of(lat, 1) == 3.0 and best_of(lat, 2) == 3.0
+    assert best_of(lat, 3) == 1.0 and best_of(lat, 32) == 1.0
+    assert best_of([None], 1) is None and best_of([], 10) is None
+
+
+def test_contenders_of_a_task():
+    row = contenders({"tlm": [4.0, 2.0], "metaschedule": [5.0, 3.0]}, {"random": [9.0] * 12}, 6.0)
+    assert row["dlight"] == 6.0 and row["tlm@0"] == 4.0 and row["tlm@1"] == 4.0 and row["tlm@10"] == 2.0
+    assert row["metaschedule@64"] == 3.0 and row["random@10"] == 9.0
+    assert contenders({}, {}, 1.0)["tlm@10"] is None
+
+
+def _bundle(path, tasks, results):
+    path.mkdir(parents=True)
+    with gzip.open(path / "manifest.json.gz", "wt") as f:
+        json.dump({"tasks": tasks}, f)
+    (path.parent / f"{path.name}-results").mkdir()
+    (path.parent / f"{path.name}-results" / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results))
+    return path, path.parent / f"{path.name}-results"
+
+
+def test_report_sums_per_workload_and_charges_dlight_where_a_contender_has_nothing(tmp_path):
+    a = {"hash": "a", "name": "matmul", "kind": "matmul", "flops": 1.0,
+         "candidates": [{"id": 0, "proposer": "tlm"}, {"id": 1, "proposer": "tlm"}, {"id": 2, "proposer": "metaschedule"}]}
+    b = {"hash": "b", "name": "softmax", "kind": "softmax", "flops": 1.0, "candidates": [{"id": 0, "proposer": "metaschedule"}]}
+    rows = [{"t": "a", "k": "ref", "lat": [10e-6], "err": None}, {"t": "a", "k": 0, "lat": [8e-6], "err": None},
+            {"t": "a", "k": 1, "lat": [4e-6], "err": None}, {"t": "a", "k": 2, "lat": [5e-6], "err": None},
+            {"t": "b", "k": "ref", "lat": [2e-6], "err": None}, {"t": "b", "k": 0, "lat": [], "err": "WrongResult: x"}]
+    bundle, results = _bundle(tmp_path / "p", [a, b], rows)
+    rb, rr = _bundle(tmp_path / "r", [dict(a, candidates=[{"id": 0, "proposer": "random"}]), dict(b, candidates=[])],
+                     [{"t": "a", "k": 0, "lat": [20e-6], "err": None}])
+    props = tmp_path / "props"
+    props.mkdir()
+    (props / "tasks.json").write_text(json.dumps({"calls": {"m": {"a": 2.0, "b": 1.0}}, "tasks": {}}))
+    rep = heldout_report(bundle, results, rb, rr, props)
+    by = {r["task"]: r["us"] for r in rep["tasks"]}
+    assert by["a"]["tlm@0"] == pytest.approx(8) and by["a"]["tlm@10"] == pytest.approx(4)
+    assert by["b"]["metaschedule@64"] == pytest.approx(2)  # its only program was wrong: dlight's
+    assert rep["charged_dlight"]["metaschedule@64"] == 1 and rep["charged_dlight"]["tlm@0"] == 1
+    assert rep["summed_ms"]["m"]["tlm@10"] == pytest.approx((2 * 4 + 2) / 1e3)
+    assert rep["summed_ms"]["m"]["random@10"] == pytest.approx((2 * 20 + 2) / 1e3)
+    text = report_markdown(rep, "tlm gpu-heldout report ...")
+    assert "| m (2/2 tasks) |" in text and "tlm@10 vs metaschedule@64" in text
+
+
+@pytest.mark.tvm
+def test_metaschedule_first_round_gives_programs_of_the_spaces():
+    """MetaSchedule's first candidates on a GPU task, without a GPU, as sentences of tlm's spaces."""
+    import workloads_tir as W
+
+    from tlm.eval.gpu_heldout import _ms_sentences
+    from tlm.graph.target import resolve_target
+    from tlm.space.language import parse
+
+    h100, task = resolve_target("h100"), W.matmul(64)
+    sentences, error = _ms_sentences(task, h100, 8, seed=3)
+    assert error is None and 1 <= len(sentences) <= 8 and len(set(sentences)) == len(sentences)
+    for s in sentences:
+        assert parse(s, task, h100).ok

@@ -1,0 +1,287 @@
+"""The held-out GPU subgraph benchmark (issue 49, item 6): proposals made here, measured on a GPU.
+
+    tlm gpu-heldout propose --target h100 --workloads bert_base-b1-s128 gpt2-b1-s128 \\
+        --model MODEL --out DIR                        # here (TVM, no GPU): DIR/candidates.jsonl
+    tlm gpu bundle --target h100 --sources ... --hold-out none --candidates DIR/candidates.jsonl --out B
+    bash bench/gpu_device.sh B                          # on the GPU machine
+    tlm gpu-heldout report B RESULTS --random RB RRESULTS --out bench/results/gpu-heldout
+
+Every task of the workloads (the test split: no task of theirs is in any training data) gets, in
+the order a tuner would measure them:
+- `tlm`: the language model's greedy program first (TLM@0: what `--budget 0` applies), then
+  distinct samples of its distribution (TLM@k: the best of the first k). One round: the model is
+  not refit between measurements as the tuner's rounds would refit it;
+- `metaschedule`: the candidates of MetaSchedule's first search round (evolutionary search with an
+  empty database and an untrained cost model, tlm.search.baselines.metaschedule_first_round):
+  MetaSchedule@64 is the best of the 64 programs it measures first;
+- random@k (best of the first k random programs) comes from a plain random bundle of the same
+  tasks (`tlm gpu bundle`), and dlight (TVM's rule-based GPU schedules, zero measurements) is
+  every bundle's reference.
+Proposals are written per (task, proposer) as they are made, so a stopped run resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tlm.errors import TlmError, first_line
+
+CANDIDATES = "candidates.jsonl"
+KS = (0, 1, 10, 32)
+
+
+@dataclass
+class ProposeConfig:
+    target: str = "h100"
+    workloads: list[str] = field(default_factory=lambda: ["bert_base-b1-s128", "gpt2-b1-s128"])
+    model: str = ""
+    tlm: int = 10  # programs of the model per task (greedy first)
+    metaschedule: int = 64
+    seed: int = 0
+
+
+def heldout_tasks(workloads: list[str], target) -> tuple[list, dict[str, dict[str, float]]]:
+    """The distinct tasks of the workloads, largest (calls x flops) first, and per workload the
+    calls of each task (its weight in that model)."""
+    from tlm.graph.extract import tasks_for_source
+
+    by_hash: dict[str, Any] = {}
+    calls: dict[str, dict[str, float]] = {}
+    for w in workloads:
+        calls[w] = {}
+        for t in tasks_for_source(w, target=target).tasks:
+            calls[w][t.hash] = calls[w].get(t.hash, 0.0) + t.weight
+            by_hash.setdefault(t.hash, t)
+    tasks = sorted(by_hash.values(), key=lambda t: -max(c.get(t.hash, 0.0) for c in calls.values()) * t.flops)
+    return tasks, calls
+
+
+def _tlm_sentences(gen, task, n: int, seed: int) -> tuple[list[str], str | None]:
+    first = gen.generate(task, 1, greedy=True)
+    out = [g.sentence for g in first if g.error is None]
+    if n > len(out):
+        more = gen.generate(task, n - len(out), seen=set(out), seed=seed)
+        out += [g.sentence for g in more if g.error is None]
+    error = None if out else next((g.error for g in first if g.error), "no valid program")
+    return out[:n], error
+
+
+def _ms_sentences(task, target, n: int, seed: int) -> tuple[list[str], str | None]:
+    from tlm.model.demos import trace_sentence
+    from tlm.search.baselines import metaschedule_first_round
+    from tlm.space.design import plain_json
+
+    schs = metaschedule_first_round(task, target, n, seed)
+    sentences = [trace_sentence(task, plain_json(s.trace.as_json()), target) for s in schs]
+    lost = sum(s is None for s in sentences)
+    error = f"{lost} of {len(schs)} candidates are no program of tlm's spaces" if lost else None
+    return [s for s in sentences if s], error
+
+
+def propose(cfg: ProposeConfig, out: str | Path, progress: bool = True) -> Path:
+    """Write each task's proposals (resuming); returns DIR/candidates.jsonl (all of them)."""
+    from tlm.graph.target import resolve_target
+    from tlm.model.generate import Generator
+    from tlm.space.sampling import task_seed
+
+    out = Path(out)
+    (out / "proposals").mkdir(parents=True, exist_ok=True)
+    cfg_path = out / "config.json"
+    if cfg_path.exists() and json.loads(cfg_path.read_text()) != asdict(cfg):
+        raise TlmError(f"{out} was proposed with another config ({cfg_path}): use another --out")
+    cfg_path.write_text(json.dumps(asdict(cfg), indent=1))
+    target = resolve_target(cfg.target)
+    tasks, calls = heldout_tasks(cfg.workloads, target)
+    (out / "tasks.json").write_text(json.dumps({"calls": calls, "tasks": {t.hash: t.name for t in tasks}}, indent=1))
+    gen = Generator.from_dir(cfg.model, target) if cfg.tlm else None
+    for i, task in enumerate(tasks):
+        seed = task_seed(cfg.seed, task.hash)
+        for proposer, n in (("tlm", cfg.tlm), ("metaschedule", cfg.metaschedule)):
+            path = out / "proposals" / f"{task.hash}-{proposer}.json"
+            if n <= 0 or path.exists():
+                continue
+            try:
+                sentences, error = (_tlm_sentences(gen, task, n, seed) if proposer == "tlm"
+                                    else _ms_sentences(task, target, n, seed))
+            except Exception as err:  # one task's failure is that task's error, never the run's
+                sentences, error = [], first_line(err)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"task": task.hash, "name": task.name, "proposer": proposer,
+                                       "sentences": sentences, "error": error}))
+            os.replace(tmp, path)
+            if progress:
+                print(f"[{i + 1}/{len(tasks)}] {task.name} {proposer}: {len(sentences)} programs"
+                      + (f" ({error})" if error else ""), flush=True)
+    return write_candidates(out)
+
+
+def write_candidates(out: Path) -> Path:
+    """DIR/candidates.jsonl from the proposals so far (tlm gpu bundle --candidates)."""
+    lines = []
+    for path in sorted((out / "proposals").glob("*.json")):
+        p = json.loads(path.read_text())
+        lines += [json.dumps({"task": p["task"], "proposer": p["proposer"], "sentence": s}) for s in p["sentences"]]
+    tmp = out / (CANDIDATES + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in lines))
+    os.replace(tmp, out / CANDIDATES)
+    return out / CANDIDATES
+
+
+# ---------------------------------------------------------------- report
+def _geo(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def measured(bundle: str | Path, results: str | Path) -> tuple[dict[str, dict[str, list[float | None]]], dict[str, float]]:
+    """Per task: each proposer's medians in proposal order (None: refused or wrong), and dlight's."""
+    from tlm.measure.cuda_measure import read_lines, read_manifest
+
+    manifest = read_manifest(bundle)
+    path = Path(results) / f"{Path(bundle).name}-results.jsonl"
+    rows = read_lines(path if path.exists() else Path(results) / "results.jsonl")
+    med = {(r["t"], r["k"]): statistics.median(r["lat"]) for r in rows if r.get("lat") and not r.get("err")}
+    out: dict[str, dict[str, list[float | None]]] = {}
+    ref: dict[str, float] = {}
+    for e in manifest["tasks"]:
+        if (e["hash"], "ref") in med:
+            ref[e["hash"]] = med[(e["hash"], "ref")]
+        for c in e.get("candidates", []):
+            out.setdefault(e["hash"], {}).setdefault(c.get("proposer", "random"), []).append(med.get((e["hash"], c["id"])))
+    return out, ref
+
+
+def best_of(lat: list[float | None], k: int) -> float | None:
+    """TLM@0 is the first program; @k the best of the first k (measured order)."""
+    got = [x for x in lat[: max(1, k)] if x is not None]
+    return min(got) if got else None
+
+
+# The issue's targets: (row, column, minimum of column's summed latency / row's).
+TARGETS = (("tlm@10", "metaschedule@64", 1.0), ("tlm@10", "random@10", 1.5), ("tlm@1", "metaschedule@64", 0.7),
+           ("tlm@0", "dlight", 1.5))
+
+
+def contenders(props: dict[str, list], rand: dict[str, list], ref: float | None, ks=KS) -> dict[str, float | None]:
+    """One task's latency per contender (None: it has no correct program of its own)."""
+    row: dict[str, float | None] = {"dlight": ref}
+    for k in ks:
+        row[f"tlm@{k}"] = best_of(props.get("tlm", []), k)
+    row["metaschedule@64"] = best_of(props.get("metaschedule", []), 64)
+    row["random@1"] = best_of(rand.get("random", []), 1)
+    row["random@10"] = best_of(rand.get("random", []), 10)
+    return row
+
+
+def heldout_report(bundle: str | Path, results: str | Path, random_bundle: str | Path, random_results: str | Path,
+                   proposals: str | Path) -> dict[str, Any]:
+    """Per task and summed: each contender's best latency (a contender without a correct program
+    of a task is charged dlight's there, and counted)."""
+    from tlm.measure.cuda_measure import read_manifest
+
+    props, ref = measured(bundle, results)
+    rand, ref2 = measured(random_bundle, random_results)
+    info = json.loads((Path(proposals) / "tasks.json").read_text())
+    device = {}
+    for folder, b in ((results, bundle),):
+        path = Path(folder) / f"{Path(b).name}-summary.json"
+        if path.exists():
+            device = json.loads(path.read_text()).get("device", {})
+    names = {e["hash"]: (e["name"], e["kind"], e["flops"]) for e in read_manifest(bundle)["tasks"]}
+    rows, charged = [], {}
+    for h, (name, kind, flops) in names.items():
+        dl = ref.get(h, ref2.get(h))
+        if dl is None:
+            continue  # no reference timing: the task cannot be compared
+        row = contenders(props.get(h, {}), rand.get(h, {}), dl)
+        for c, v in row.items():
+            if v is None:
+                charged[c] = charged.get(c, 0) + 1
+                row[c] = dl
+        rows.append({"task": h, "name": name, "kind": kind, "flops": flops, "us": {c: v * 1e6 for c, v in row.items()}})
+    cols = list(rows[0]["us"]) if rows else []
+    calls = info["calls"]
+    summed = {w: {c: sum(calls[w].get(r["task"], 0.0) * r["us"][c] for r in rows) / 1e3 for c in cols} for w in calls}
+    summed["all tasks (each once)"] = {c: sum(r["us"][c] for r in rows) / 1e3 for c in cols}
+    geo = {c: _geo([r["us"]["metaschedule@64"] / r["us"][c] for r in rows]) for c in cols}
+    checks = [{"row": a, "col": b, "need": need,
+               "got": summed["all tasks (each once)"][b] / summed["all tasks (each once)"][a]} for a, b, need in TARGETS]
+    return {"device": device, "tasks": rows, "summed_ms": summed, "geomean_vs_ms64": geo, "charged_dlight": charged,
+            "targets": checks, "covered": {w: sum(1 for r in rows if r["task"] in calls[w]) for w in calls},
+            "workload_tasks": {w: len(calls[w]) for w in calls}}
+
+
+def report_markdown(rep: dict[str, Any], command: str) -> str:
+    cols = list(rep["geomean_vs_ms64"])
+    dev = rep["device"]
+    lines = [f"# Held-out GPU subgraphs: {dev.get('name', '?')} ({dev.get('sms', '?')} SMs, driver {dev.get('driver', '?')})",
+             "", f"Made by `{command}`.", "",
+             "Summed latency in ms (per workload: each task times its calls, an estimate of the model's kernel "
+             "time, not a whole-model run; a contender without a correct program of a task is charged dlight's "
+             "there: " + (", ".join(f"{c} {n}" for c, n in sorted(rep["charged_dlight"].items())) or "none") + ").", "",
+             "| | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+    for w, row in rep["summed_ms"].items():
+        cov = f" ({rep['covered'][w]}/{rep['workload_tasks'][w]} tasks)" if w in rep["covered"] else ""
+        lines.append(f"| {w}{cov} | " + " | ".join(f"{row[c]:.3f}" for c in cols) + " |")
+    lines.append("| geomean speedup over MetaSchedule@64 | " + " | ".join(f"{rep['geomean_vs_ms64'][c]:.2f}" for c in cols) + " |")
+    lines += ["", "Targets (issue 49; summed over the tasks, each once):", ""]
+    for t in rep["targets"]:
+        lines.append(f"- {t['row']} vs {t['col']}: {t['got']:.2f}x (target >= {t['need']}x): "
+                     + ("met" if t["got"] >= t["need"] else "missed"))
+    lines += ["", "Per task, in us:", "", "| task | kind | " + " | ".join(cols) + " |", "|---|---|" + "---:|" * len(cols)]
+    for r in rep["tasks"]:
+        lines.append(f"| {r['name']} | {r['kind']} | " + " | ".join(f"{r['us'][c]:.1f}" for c in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- command line
+def _cmd_propose(args: argparse.Namespace) -> int:
+    cfg = ProposeConfig(target=args.target, workloads=args.workloads, model=args.model, tlm=args.tlm,
+                        metaschedule=args.metaschedule, seed=args.seed)
+    if cfg.tlm and not Path(cfg.model, "tlm.json").is_file():
+        raise TlmError(f"no model in {cfg.model!r} (--model: a fine-tuned TLM directory)")
+    path = propose(cfg, args.out)
+    print(f"{sum(1 for _ in path.open())} proposals in {path}")
+    return 0
+
+
+def register_cli(subparsers) -> None:
+    p = subparsers.add_parser("gpu-heldout", help="the held-out GPU subgraph benchmark: propose here, report after the GPU run")
+    sub = p.add_subparsers(dest="heldout_command", required=True)
+    q = sub.add_parser("propose", help="the model's and MetaSchedule's programs of the held-out tasks")
+    q.add_argument("--target", default="h100")
+    q.add_argument("--workloads", nargs="+", default=["bert_base-b1-s128", "gpt2-b1-s128"])
+    q.add_argument("--model", default="", help="the GPU TLM (fine-tuned) directory")
+    q.add_argument("--tlm", type=int, default=10, help="the model's programs per task")
+    q.add_argument("--metaschedule", type=int, default=64, help="MetaSchedule's first-round programs per task")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--out", required=True)
+    q.set_defaults(func=_cmd_propose)
+    q = sub.add_parser("report", help="TLM@k, MetaSchedule@64, random@k and dlight from the GPU run's results")
+    q.add_argument("bundle", help="the bundle of the proposals (tlm gpu bundle --candidates)")
+    q.add_argument("results", help="its GPU run's results folder")
+    q.add_argument("--random", nargs=2, required=True, metavar=("BUNDLE", "RESULTS"),
+                   help="a random bundle of the same tasks and its results (random@k)")
+    q.add_argument("--proposals", required=True, help="the propose --out folder (the workloads' calls)")
+    q.add_argument("--out", default="bench/results/gpu-heldout", help="OUT.md and OUT.json")
+    q.set_defaults(func=_cmd_report)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    import sys
+
+    rep = heldout_report(args.bundle, args.results, args.random[0], args.random[1], args.proposals)
+    if not rep["tasks"]:
+        raise TlmError(f"no task of {args.bundle} has a measured reference in {args.results}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(rep, indent=1))
+    out.with_suffix(".md").write_text(report_markdown(rep, "tlm " + " ".join(sys.argv[1:])))
+    print(out.with_suffix(".md").read_text().split("Per task")[0])
+    return 0
