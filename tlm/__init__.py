@@ -18,7 +18,7 @@ from tlm.graph.tasks import Task
 
 __version__ = "0.1.0"
 
-__all__ = ["Task", "TlmError", "compile", "extract_tasks", "__version__"]
+__all__ = ["Task", "TlmError", "compile", "extract_tasks", "load", "__version__"]
 
 
 def extract_tasks(module, example_inputs, target=None):
@@ -34,3 +34,11 @@ def compile(module, example_inputs=None, *, db=None, target=None, **kwargs):  # 
     from tlm.compiler.job import compile_model
 
     return compile_model(module, example_inputs, db=db, target=target, **kwargs)
+
+
+def load(path: "str | os.PathLike") -> "tlm.compiler.backend.Library":
+    """A library saved by `tlm compile -o PATH`, callable with numpy arrays or torch tensors;
+    see tlm.compiler.backend.load."""
+    from tlm.compiler.backend import load as _load
+
+    return _load(path)

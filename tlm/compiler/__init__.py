@@ -4,4 +4,5 @@ ImportedModel + database  --build-->  CompiledModel (checked against PyTorch / O
 
 - build.py   apply the records, build with Relax, check the output, time against PyTorch and ORT
 - job.py     the main job: `tlm compile` and `tlm.compile`, tuning with the TLM first on a budget
+- backend.py `torch.compile(m, backend="tlm")` (checked, eager where tlm cannot) and `tlm.load`
 """
