@@ -61,20 +61,26 @@ def trace_sentence(task, trace_json, target) -> str | None:
         return None
     space = task_space(task, target)
     for idx, trace in enumerate(space.traces):
-        prefix = plain_json(trace.as_json())[0]
-        if insts[: len(prefix)] != prefix:
-            continue
-        picks = []
-        for k, inst in enumerate(prefix):
-            if inst[0].startswith("Sample"):
-                if k not in decisions:
-                    return None
-                d = decisions[k]
-                picks.append(tuple(int(x) for x in d) if isinstance(d, list) else int(d))
-        prog = replay(space, idx, picks, postproc=False)
-        if prog.error or prog.sch is None:
-            continue
-        return render(prog, task, target)
+        full = plain_json(trace.as_json())[0]
+        samples = sum(inst[0].startswith("Sample") for inst in full)
+        # MetaSchedule's search keeps its traces simplified: instructions whose results nothing
+        # uses (a GetSBlock of the root block, say) are gone, the program is the same
+        for prefix in (full, plain_json(trace.simplified(remove_postproc=True).as_json())[0]):
+            if insts[: len(prefix)] != prefix:
+                continue
+            picks = []
+            for k, inst in enumerate(prefix):
+                if inst[0].startswith("Sample"):
+                    if k not in decisions:
+                        return None
+                    d = decisions[k]
+                    picks.append(tuple(int(x) for x in d) if isinstance(d, list) else int(d))
+            if len(picks) != samples:  # a decision the simplification dropped: not this space
+                continue
+            prog = replay(space, idx, picks, postproc=False)
+            if prog.error or prog.sch is None:
+                continue
+            return render(prog, task, target)
     return None
 
 
