@@ -284,7 +284,8 @@ def write(out: Path, rows: list[dict], args, ops_machine: dict, matmul: dict | N
     lines += ["", "`after / PyTorch` below 1.0: TVM's program is faster than PyTorch's own op (the issue's "
               "target: at most 1.5).", "",
               "Pre-packing rows compare the best of two different random draws, so search variance dominates "
-              "them; `bench/results/prepack.md` measures the same programs with and without packing (paired), "
+              "them; the paired pre-packing experiment (`prepack` in bench/README.md) measured the same programs "
+              "with and without packing, "
               "which is what decided `PREPACK_OPS` (matmuls yes, convs no)."]
     if matmul:
         lines += _matmul_lines(matmul, matmul.get("created", created))

@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         for _, cpu, _, lat in test:
             scores[(("random", ""), cpu)].add_random(np.asarray(lat))
         for obj, train_on in contenders:
-            # the trees of the results recorded so far (the shipped model's defaults grew in session 26)
+            # the trees of the results recorded so far (the shipped model's defaults grew on 2026-11-26)
             cfg = CostModelConfig(trees=300, depth=6, eta=0.1, seed=args.seed, threads=args.threads, objective=obj)
             # one model for every test CPU ("all", "described"), or one per test CPU: trained without
             # its records ("others") or on its records alone ("own")

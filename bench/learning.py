@@ -133,7 +133,7 @@ def cost_model(work: Path, corpus: str, target, n_records: int, max_tasks: int, 
     with open_db(str(work / "corpus-db")) as db:
         tasks = [t for h in sorted(db.best_by_task(target.key)) if (t := db.task(h)) is not None]
         groups = training_groups(db, target, tasks[:max_tasks] if max_tasks else tasks, cache=work / "features")
-    # the trees of the results recorded so far (the shipped model's defaults grew in session 26)
+    # the trees of the results recorded so far (the shipped model's defaults grew on 2026-11-26)
     model = CostModel(CostModelConfig(trees=300, depth=6, eta=0.1, seed=seed, threads=target.cores)).fit(groups)
     model.save(out)
     print(f"cost model: {len(groups)} tasks, {sum(len(g[1]) for g in groups)} programs, {time.time() - t0:.0f} s")

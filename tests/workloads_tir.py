@@ -1,8 +1,8 @@
 """Tiny TIR tasks of the common operator types, built from TE/TOPI (no model import needed).
 
 Import from tests as `from workloads_tir import ...` (pytest puts tests/ on sys.path) and from
-elsewhere after adding this directory to sys.path (see bench/sampling.py).
-Every builder takes a `scale` so tests use toy sizes and the benchmark realistic ones.
+elsewhere after adding this directory to sys.path.
+Every builder takes a `scale` so tests use toy sizes and benchmarks realistic ones.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def test_trained_on_records_it_ranks_and_round_trips(measured, tasks, host, tmp_
     model.save(tmp_path / "cm")
     again = CostModel.load(tmp_path / "cm")
     assert np.array_equal(again.predict(x), score)  # the compressed binary file loses nothing
-    # A directory saved before session 26 (plain XGBoost JSON) still loads; a save replaces it.
+    # A directory saved before 2026-11-26 (plain XGBoost JSON) still loads; a save replaces it.
     model.booster.save_model(str(tmp_path / "cm" / LEGACY_MODEL_FILE))
     (tmp_path / "cm" / MODEL_FILE).unlink()
     assert model_file(tmp_path / "cm").name == LEGACY_MODEL_FILE

@@ -2,7 +2,7 @@
 
 Each contender times its programs while it tunes, and the contenders tune one after another,
 minutes to hours apart. On a shared machine one program's latency drifts by up to 2x over such
-times while its repeats within one timing agree to a few percent (bench/results/retime.md), so
+times while its repeats within one timing agree to a few percent (`retime` in bench/README.md), so
 latencies timed at different hours compare the machine as much as the tuners. After the tuning,
 every task's winners (each contender's best program after each k, the earlier models' TLM
 programs too) are built once and timed together in interleaved rounds (MeasureConfig.rounds:

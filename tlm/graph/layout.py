@@ -21,7 +21,7 @@ an "undefined bijective layout"; `normalize_axes` writes them in the form it han
 the conversion still fail, or put an op in a layout that does not legalize, the model keeps its
 NCHW convs, with one `tlm: warning:` line on stderr naming the operator.
 
-`CONV_LAYOUT` is the default, chosen by measurement: `bench/results/layout.md` (NCHW vs NHWC at
+`CONV_LAYOUT` is the default, chosen by measurement: `layout` in bench/README.md (NCHW vs NHWC at
 the same MetaSchedule budget, resnet_50 and mobilenet_v2).
 """
 

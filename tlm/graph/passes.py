@@ -263,7 +263,7 @@ def fast_math_legalization() -> dict[str, Callable]:
     }
 
 
-# Operator words of the tasks whose weights are pre-packed (measured paired: bench/results/prepack.md;
+# Operator words of the tasks whose weights are pre-packed (measured paired: `prepack` in bench/README.md;
 # convs gained 1.00-1.02x there, so they are not packed).
 PREPACK_OPS = frozenset({"matmul", "dense", "batch_matmul"})
 

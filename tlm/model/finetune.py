@@ -86,7 +86,7 @@ def length_parts(picked: list[int], lengths: list[int]) -> list[list[int]]:
     longest row: the split, after sorting by length, that pads least, if it pads at least 10%
     fewer positions than the whole batch. Sentences of one batch range from a reshape's ~40
     words to a conv's ~150, so a padded batch is about a third padding; two parts take 1.31x
-    fewer seconds per step on 2 cores (bench/results/finetune_speed.md) for the same loss and
+    fewer seconds per step on 2 cores (`finetune_speed` in bench/README.md) for the same loss and
     gradient (summed over the parts, up to float rounding)."""
     rows = sorted(picked, key=lambda i: (lengths[i], i))
     ls = [lengths[i] for i in rows]
@@ -265,7 +265,7 @@ def finetune_outcome(out_dir: str | Path, log_path: str | Path, rc: int) -> Fine
 
 def idle_priority() -> None:
     """Run this process only on cores nothing else wants (Linux SCHED_IDLE; elsewhere nice 19
-    alone), so timed programs beside it keep their cores (bench/results/idle_neighbour.md)."""
+    alone), so timed programs beside it keep their cores (`idle_neighbour` in bench/README.md)."""
     if hasattr(os, "SCHED_IDLE"):
         try:
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))

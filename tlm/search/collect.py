@@ -13,10 +13,10 @@ After kill -9, the next start flushes what the work database holds and the corpu
 By default the shipped cost model (`tlm costmodel`, pretrained/costmodel-*) chooses 6 of each
 task's 8 programs among 32 samples, and 2 are plain samples (`--cost-model none`: all plain).
 Generation runs on one PyTorch thread (`--gen-threads`): on a shared 2-core machine PyTorch's own
-threads wait for each other's time slices beside any busy neighbour (bench/results/generation.md).
+threads wait for each other's time slices beside any busy neighbour (`generation` in bench/README.md).
 The log says the programs measured and the rate at every flush. The fine-tuning after each round
 runs beside the next round's measuring, at idle priority on one thread (it trains on the cores the
-measuring leaves idle, and the timed programs keep theirs: bench/results/idle_neighbour.md), and
+measuring leaves idle, and the timed programs keep theirs: `idle_neighbour` in bench/README.md), and
 the round switches to its model as soon as it is done (`--no-pipeline`: stop measuring meanwhile).
 
 A start on any machine first ingests every shard of the corpus into the work database (records
@@ -328,10 +328,10 @@ def register_cli(sub) -> None:
     p.add_argument("--ft-threads", type=int, default=0, help="0: 1 when pipelined (the default), else every core")
     p.add_argument("--gen-threads", type=int, default=1,
                    help="PyTorch threads of the generation (default 1: on a shared machine PyTorch's threads "
-                        "spin and wait for one another; bench/results/generation.md; 0: PyTorch's default)")
+                        "spin and wait for one another, bench/README.md; 0: PyTorch's default)")
     p.add_argument("--no-pipeline", dest="pipeline", action="store_false",
                    help="stop measuring while fine-tuning (by default the fine-tuning process runs beside the "
-                        "measuring at idle priority, on the cores it leaves idle: bench/results/idle_neighbour.md)")
+                        "measuring at idle priority, on the cores it leaves idle, bench/README.md)")
     p.add_argument("--target", default=None)
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", dest="progress", action="store_false")

@@ -33,7 +33,7 @@ from tlm.graph.tasks import Task
 # XGBoost's binary JSON (UBJSON), xz-compressed: a 1000-tree model is 3.7 MB instead of 21 MB of
 # JSON (what git keeps of each refit, and what travels to a device machine with the tree).
 MODEL_FILE = "costmodel.ubj.xz"
-LEGACY_MODEL_FILE = "costmodel.json"  # plain XGBoost JSON: models saved before session 26, still loaded
+LEGACY_MODEL_FILE = "costmodel.json"  # plain XGBoost JSON: models saved before 2026-11-26, still loaded
 OBJECTIVES = {"reg": "reg:squarederror", "pairwise": "rank:pairwise", "ndcg": "rank:ndcg"}
 CONFIG_FILE = "costmodel-config.json"
 META_FILE = "costmodel-meta.json"
@@ -41,10 +41,11 @@ META_FILE = "costmodel-meta.json"
 
 @dataclass
 class CostModelConfig:
-    # 1000 trees of depth 8 at eta 0.05 (shipped since session 26): on 80,450 corpus programs, TLM@0
-    # end to end 0.78x the latency of 300 trees of depth 6 at eta 0.1 (geomean of three workloads;
-    # bench/results/pick-costmodels-s26.md); 600 x 8 at 0.1 and 1000 x 6 at 0.05 picked worse
-    # (bench/results/first_choice-costmodels-znver3-s26.md). Small fits (tests) set fewer trees.
+    # 1000 trees of depth 8 at eta 0.05 (shipped since 2026-11-26, commit aa20030): on 80,450
+    # corpus programs, TLM@0 end to end 0.78x the latency of 300 trees of depth 6 at eta 0.1
+    # (geomean of three workloads; bench/results/pick-costmodels.md); 600 x 8 at 0.1 and 1000 x 6
+    # at 0.05 picked worse (bench/results/first_choice-costmodels.md). Small fits (tests) set
+    # fewer trees.
     trees: int = 1000
     depth: int = 8
     eta: float = 0.05
@@ -55,8 +56,9 @@ class CostModelConfig:
     # task (a group per task and CPU; ndcg on the label in 1/4 steps of log latency, 0..16).
     # Ranking orders a task's measured programs better (best in the top 2 of unseen tasks: 69% vs
     # 62%, bench/results/costmodel.md) but picks among raw samples far worse (TLM@0 end to end
-    # 1.73x slower, bench/results/pick-costmodels.md): the corpus holds mostly good programs, and
-    # only the regression's absolute labels learn to reject the bad ones a model also samples.
+    # 1.73x slower, `git show f88a6df:bench/results/pick-costmodels.md`): the corpus holds mostly
+    # good programs, and only the regression's absolute labels learn to reject the bad ones a
+    # model also samples.
     objective: str = "reg"
     # Every row also describes its CPU (`cpu_columns`: vector width, feature flags), so that one
     # model trained on several CPUs' records ranks each CPU's programs its own way; the model is
@@ -71,7 +73,7 @@ class CostModelConfig:
     task_weight: float = 0.0
     # Stochastic gradient boosting: each tree sees this fraction of the rows (`subsample`) and of
     # the feature columns (`colsample`, XGBoost's colsample_bytree); 1.0: all (the shipped model;
-    # 0.8 / 0.8 picked worse in measured pools, bench/results/costmodel_subsample-znver3-s29.md).
+    # 0.8 / 0.8 picked worse in measured pools: `costmodel_weights` in bench/README.md).
     subsample: float = 1.0
     colsample: float = 1.0
 

@@ -65,11 +65,11 @@ class LoopConfig:
     ft_loss: str = "sentence"  # bench/results/sft_loss.md
     ft_threads: int = 1
     # The fine-tuning process at idle priority (Linux SCHED_IDLE, nice 19): with `pipeline`, it
-    # trains on the cores the measuring leaves idle (bench/results/idle_neighbour.md).
+    # trains on the cores the measuring leaves idle (`idle_neighbour` in bench/README.md).
     ft_idle: bool = True
     # PyTorch threads of this process's generation (0: PyTorch's default, one per core). 1 by
     # default: beside another busy process, PyTorch's threads wait for one another's time slices
-    # (bench/results/generation.md: 1.6x faster beside two busy processes, 3.5x beside a PyTorch
+    # (`generation` in bench/README.md: 1.6x faster beside two busy processes, 3.5x beside a PyTorch
     # job, 3% slower on a quiet machine); fine-tuning runs in its own process with ft_threads.
     gen_threads: int = 1
     per_task_demos: int = 1
@@ -79,7 +79,7 @@ class LoopConfig:
     schedule: str = "cycle"
     pipeline: bool = True
     # Generate task i+1's programs while task i's build (Measurer.start / finish); the timed runs
-    # still have the machine to themselves (bench/results/collect_rate.md). False: one after the other.
+    # still have the machine to themselves (`collect_rate` in bench/README.md). False: one after the other.
     overlap: bool = True
     temperature: float = 1.0
     top_k: int = 0

@@ -9,7 +9,7 @@
 A sentence is its prompt (the task and the hardware words) and its decisions; the decisions of
 another CPU's program are said again after this CPU's prompt and parsed in this CPU's design space
 (a program whose decisions this space lacks is skipped). Why: the language model conditions on the
-hardware words, so what it learned on one CPU barely reaches a new one (measured in session 13:
+hardware words, so what it learned on one CPU barely reaches a new one (measured on znver5, 2026-11-24:
 for a resnet 1x1 conv the fine-tuned model's samples for znver5 all had an unvectorized output
 channel tile, for znver3 mostly 8-32 lanes, the tiles of that CPU's best programs).
 """
