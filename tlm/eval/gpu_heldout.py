@@ -193,7 +193,9 @@ def heldout_report(bundle: str | Path, results: str | Path, random_bundle: str |
         path = Path(folder) / f"{Path(b).name}-summary.json"
         if path.exists():
             device = json.loads(path.read_text()).get("device", {})
-    names = {e["hash"]: (e["name"], e["kind"], e["flops"]) for e in read_manifest(bundle)["tasks"]}
+    # a task without proposals is in the random bundle only (its dlight timing there)
+    names = {e["hash"]: (e["name"], e["kind"], e["flops"])
+             for b in (random_bundle, bundle) for e in read_manifest(b)["tasks"]}
     rows, charged = [], {}
     for h, (name, kind, flops) in names.items():
         dl = ref.get(h, ref2.get(h))

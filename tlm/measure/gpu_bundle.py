@@ -266,7 +266,7 @@ def build_bundle(tasks: list[Task], cfg: BundleConfig, out: str | Path, progress
     cfg_path = out / "config.json"
     if cfg_path.exists():
         old = json.loads(cfg_path.read_text())
-        if old != cfg.to_json():
+        if {**old, "jobs": cfg.jobs} != cfg.to_json():  # worker processes do not change the bundle
             raise TlmError(f"{out} was built with another config ({cfg_path}): use another --out")
     else:
         cfg_path.write_text(json.dumps(cfg.to_json(), indent=1))
