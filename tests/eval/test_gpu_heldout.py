@@ -48,13 +48,14 @@ def test_report_sums_per_workload_and_charges_dlight_where_a_contender_has_nothi
     (props / "tasks.json").write_text(json.dumps({"calls": {"m": {"a": 2.0, "b": 1.0}}, "tasks": {}}))
     rep = heldout_report(bundle, results, rb, rr, props)
     by = {r["task"]: r["us"] for r in rep["tasks"]}
-    assert by["a"]["tlm@0"] == pytest.approx(8) and by["a"]["tlm@10"] == pytest.approx(4)
+    assert by["a"]["tlm@0"] == pytest.approx(8) and by["a"]["tlm@1"] == pytest.approx(8)
+    assert "tlm@10" not in by["a"]  # two proposals a task: no column claims ten
     assert by["b"]["metaschedule@64"] == pytest.approx(2)  # its only program was wrong: dlight's
     assert rep["charged_dlight"]["metaschedule@64"] == 1 and rep["charged_dlight"]["tlm@0"] == 1
-    assert rep["summed_ms"]["m"]["tlm@10"] == pytest.approx((2 * 4 + 2) / 1e3)
+    assert rep["summed_ms"]["m"]["tlm@1"] == pytest.approx((2 * 8 + 2) / 1e3)
     assert rep["summed_ms"]["m"]["random@10"] == pytest.approx((2 * 20 + 2) / 1e3)
     text = report_markdown(rep, "tlm gpu-heldout report ...")
-    assert "| m (2/2 tasks) |" in text and "tlm@10 vs metaschedule@64" in text
+    assert "| m (2/2 tasks) |" in text and "tlm@1 vs metaschedule@64" in text
 
 
 @pytest.mark.tvm
