@@ -165,7 +165,7 @@ def best_of(lat: list[float | None], k: int) -> float | None:
 
 # The issue's targets: (row, column, minimum of column's summed latency / row's).
 TARGETS = (("tlm@10", "metaschedule@64", 1.0), ("tlm@10", "random@10", 1.5), ("tlm@1", "metaschedule@64", 0.7),
-           ("tlm@0", "dlight", 1.5))
+           ("tlm@0", "dlight", 1.5), ("tlm@0+cm", "dlight", 1.5))
 
 
 def contenders(props: dict[str, list], rand: dict[str, list], ref: float | None, ks=KS) -> dict[str, float | None]:
@@ -179,10 +179,36 @@ def contenders(props: dict[str, list], rand: dict[str, list], ref: float | None,
     return row
 
 
+def cost_model_picks(bundle: str | Path, cost_model: str | Path) -> dict[str, int]:
+    """Per task: which of the model's proposals (their index in proposal order) a cost model
+    trained on the corpus ranks first: a zero-measurement choice (what `--budget 0` does on CPUs
+    with the model's samples), judged here by the proposals' measured times."""
+    from tlm.graph.target import resolve_target
+    from tlm.measure.cuda_measure import read_manifest
+    from tlm.measure.gpu_bundle import read_tasks
+    from tlm.search.costmodel import CostModel
+    from tlm.space.language import parse
+
+    manifest = read_manifest(bundle)
+    target = resolve_target(manifest["target"])
+    model = CostModel.load(cost_model, target)
+    tasks = read_tasks(bundle)
+    picks: dict[str, int] = {}
+    for e in manifest["tasks"]:
+        mine = [c for c in e.get("candidates", []) if c.get("proposer") == "tlm"]
+        if len(mine) > 1:
+            schs = [parse(c["sentence"], tasks[e["hash"]], target).sch for c in mine]
+            picks[e["hash"]] = model.rank(tasks[e["hash"]], schs, target)[0]
+        elif mine:
+            picks[e["hash"]] = 0
+    return picks
+
+
 def heldout_report(bundle: str | Path, results: str | Path, random_bundle: str | Path, random_results: str | Path,
-                   proposals: str | Path) -> dict[str, Any]:
+                   proposals: str | Path, picks: dict[str, int] | None = None) -> dict[str, Any]:
     """Per task and summed: each contender's best latency (a contender without a correct program
-    of a task is charged dlight's there, and counted)."""
+    of a task is charged dlight's there, and counted); with `picks` (cost_model_picks) also
+    `tlm@0+cm`, the cost model's pick of the model's proposals."""
     from tlm.measure.cuda_measure import read_manifest
 
     props, ref = measured(bundle, results)
@@ -204,6 +230,9 @@ def heldout_report(bundle: str | Path, results: str | Path, random_bundle: str |
         if dl is None:
             continue  # no reference timing: the task cannot be compared
         row = contenders(props.get(h, {}), rand.get(h, {}), dl, ks)
+        if picks is not None:
+            mine = props.get(h, {}).get("tlm", [])
+            row["tlm@0+cm"] = mine[picks[h]] if h in picks and picks[h] < len(mine) else None
         for c, v in row.items():
             if v is None:
                 charged[c] = charged.get(c, 0) + 1
@@ -276,6 +305,7 @@ def register_cli(subparsers) -> None:
     q.add_argument("--random", nargs=2, required=True, metavar=("BUNDLE", "RESULTS"),
                    help="a random bundle of the same tasks and its results (random@k)")
     q.add_argument("--proposals", required=True, help="the propose --out folder (the workloads' calls)")
+    q.add_argument("--cost-model", default=None, help="a GPU cost model (tlm costmodel --kind cuda): adds tlm@0+cm")
     q.add_argument("--out", default="bench/results/gpu-heldout", help="OUT.md and OUT.json")
     q.set_defaults(func=_cmd_report)
 
@@ -283,7 +313,8 @@ def register_cli(subparsers) -> None:
 def _cmd_report(args: argparse.Namespace) -> int:
     import sys
 
-    rep = heldout_report(args.bundle, args.results, args.random[0], args.random[1], args.proposals)
+    picks = cost_model_picks(args.bundle, args.cost_model) if args.cost_model else None
+    rep = heldout_report(args.bundle, args.results, args.random[0], args.random[1], args.proposals, picks)
     if not rep["tasks"]:
         raise TlmError(f"no task of {args.bundle} has a measured reference in {args.results}")
     out = Path(args.out)
