@@ -87,6 +87,49 @@ def sigint_deferred():
     return _sigint(raises=False)
 
 
+PARENT_PID_ENV = "TLM_PARENT_PID"  # set by a parent for a child that must end with it (`die_with_parent`)
+
+
+def die_with_parent(parent: int | str | None = None, sig: int | None = None) -> None:
+    """End this process (signal `sig`, default SIGTERM) when its parent process dies, so that a
+    `kill -9` of a tlm command leaves no child running: on Linux the kernel's parent-death signal
+    (prctl PR_SET_PDEATHSIG; it follows the parent *thread* that started this process, so start
+    children from a thread that lives as long as they should), elsewhere a daemon thread that
+    polls the parent's pid. `parent`: the pid the parent had when it started this process (read
+    before arming, so a parent that died in between is caught); default the current parent."""
+    import signal
+    import threading
+
+    sig = signal.SIGTERM if sig is None else int(sig)
+    try:
+        parent = os.getppid() if parent in (None, "") else int(parent)
+    except ValueError:
+        parent = os.getppid()
+    armed = False
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            PR_SET_PDEATHSIG = 1
+            armed = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os.kill(os.getpid(), sig)
+        return
+    if armed:
+        return
+
+    def watch():
+        import time
+
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), sig)
+
+    threading.Thread(target=watch, name="tlm-die-with-parent", daemon=True).start()
+
+
 def read_json(path, what: str = ""):
     """The JSON data in `path`; a one-line TlmError if it cannot be read or parsed."""
     import json
@@ -101,7 +144,8 @@ def read_json(path, what: str = ""):
 def first_line(err: BaseException, last: bool = True, limit: int | None = 300) -> str:
     """One line of an exception's message, at most `limit` characters: TVM puts the useful line
     last (`last=True`), torch and Hugging Face first."""
-    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in str(err).strip().splitlines()
+             if ln.strip() and not ln.strip().startswith("# Metadata omitted")]  # TVM's note after printed IR
     line = (lines[-1] if last else lines[0]) if lines else type(err).__name__
     return line if limit is None else line[:limit]
 

@@ -94,3 +94,43 @@ def test_four_per_task(name, host, tmp_path):
     assert compiled.matches, (compiled.max_abs_diff, compiled.tolerance)
     assert not compiled.untuned_tasks, compiled.untuned_tasks
     assert compiled.measurements > 0
+
+
+class TinyUNet(torch.nn.Module):
+    """A one-level U-Net: 3x3 convs, max pooling, a `ConvTranspose2d(k=2, stride=2)` decoder and a
+    `torch.cat` skip (issue 48, item 1: once its transposed convolution was put in NHWC, which
+    nothing legalizes, and the build failed)."""
+
+    def __init__(self, c=8):
+        super().__init__()
+        conv = lambda i, o: torch.nn.Sequential(torch.nn.Conv2d(i, o, 3, padding=1), torch.nn.ReLU())  # noqa: E731
+        self.enc, self.mid, self.dec = conv(3, c), conv(c, 2 * c), conv(2 * c, c)
+        self.pool = torch.nn.MaxPool2d(2)
+        self.up = torch.nn.ConvTranspose2d(2 * c, c, 2, stride=2)
+        self.head = torch.nn.Conv2d(c, 2, 1)
+
+    def forward(self, x):
+        skip = self.enc(x)
+        y = self.up(self.mid(self.pool(skip)))
+        return self.head(self.dec(torch.cat([y, skip], 1)))
+
+
+def test_a_unet_compiles_at_budget_zero_and_matches(host, tmp_path):
+    """The default test run compiles a model from outside the zoo end to end (issue 48): the
+    U-Net's convs in NHWC around its transposed convolution, every task with the shipped
+    model's program, the output checked. As for the zoo model in tests/compiler/test_job.py, the
+    first choice is the greedy sentence without a cost model, to keep the test short."""
+    from tlm.compiler.build import CompileConfig
+    from tlm.compiler.job import compile_model
+    from tlm.search.base import TuneConfig
+
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = compile_model(TinyUNet().eval(), (torch.randn(1, 3, 32, 32),), db=str(tmp_path / "db"),
+                                 target=host, budget=0, model=_shipped_model(host),
+                                 tune_config=TuneConfig(pick="greedy", cost_model="none"),
+                                 config=CompileConfig(repeat=2, min_repeat_ms=5, compare=False))
+    assert compiled.matches, (compiled.max_abs_diff, compiled.tolerance)
+    assert compiled.greedy_tasks == compiled.tasks and not compiled.untuned_tasks
+    assert any("conv2d_transpose" in r["name"] for r in compiled.task_rows), [r["name"] for r in compiled.task_rows]

@@ -108,18 +108,26 @@ def _free_port():
 
 
 def test_rpc_localhost(host, matmul32):
-    """A TVM tracker and one server on localhost; the measurer sends its work through them."""
+    """A TVM tracker and one server on localhost; the measurer sends its work through them.
+
+    Each runs its loop in a `tvm.exec.popen_worker` child that outlives a killed parent, so each
+    starts in its own process group and the whole group is killed (issue 48: a finished
+    `make test` had left these two workers behind)."""
+    import signal
+
     from tvm import rpc
 
     port = _free_port()
     procs = [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1",
-                               "--port", str(port), "--port-end", str(port + 50), "--silent"])]
+                               "--port", str(port), "--port-end", str(port + 50), "--silent"],
+                              start_new_session=True)]
     try:
         time.sleep(3)
         server_port = _free_port()
         procs.append(subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1",
                                        "--port", str(server_port), "--port-end", str(server_port + 50),
-                                       "--tracker", f"127.0.0.1:{port}", "--key", "tlm-test", "--silent"]))
+                                       "--tracker", f"127.0.0.1:{port}", "--key", "tlm-test", "--silent"],
+                                      start_new_session=True))
         deadline, ready = time.time() + 120, False
         while time.time() < deadline and not ready:
             time.sleep(1)
@@ -141,8 +149,34 @@ def test_rpc_localhost(host, matmul32):
         assert res[1].error.startswith("WrongResult")
     finally:
         for p in reversed(procs):
-            p.kill()
+            try:
+                os.killpg(p.pid, signal.SIGKILL)  # the server and its popen_worker
+            except ProcessLookupError:
+                pass
             p.wait()
+    deadline = time.time() + 10
+    while (left := _group_members([p.pid for p in procs])) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not left, f"processes of the tracker or server left running: {left}"
+
+
+def _group_members(pgids: list[int]) -> list[str]:
+    """Live (not zombie) processes whose process group is one of `pgids` (Linux /proc)."""
+    out = []
+    for d in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] != "Z" and int(fields[2]) in pgids:
+            out.append(f"{d} {cmd}")
+    return out
 
 
 def test_packed_weights_are_measured_and_checked(host):
@@ -161,6 +195,7 @@ def test_packed_weights_are_measured_and_checked(host):
     progs = [p for p in (random_program(task, host, seed) for seed in range(6)) if p.ok]
     packed = [p for p in progs if "TransformLayout" in {i[0] for i in p.sch.trace.as_json()[0]}]
     assert packed
+    before = _popen_workers()
     with Measurer(host, MeasureConfig(**FAST)) as m:
         res = m.measure([Candidate(task, schedule=p.sch, proposer="random") for p in packed])
         assert all(r.ok for r in res), [r.error for r in res]
@@ -171,6 +206,22 @@ def test_packed_weights_are_measured_and_checked(host):
         np.savez(path, **ref)
         bad = m.measure([Candidate(task, schedule=packed[0].sch, proposer="random")])
         assert bad[0].error.startswith("WrongResult"), bad[0].error
+        assert _popen_workers() - before  # its builder, reference and runner workers
+    assert not _popen_workers() - before, "the closed measurer left worker processes running"
+
+
+def _popen_workers() -> set[int]:
+    """This process's live `tvm.exec.popen_worker` children."""
+    import psutil
+
+    out = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "tvm.exec.popen_worker" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
+                out.add(p.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
 
 
 def test_packing_that_keeps_the_weight_shape_is_checked_through_it(host):

@@ -386,3 +386,62 @@ def test_a_stopped_fine_tuning_resumes_from_its_checkpoint(base_dir, tasks, host
     d = ft.as_demos(demos, host)
     assert run_key(base_dir, d, cfg) == run_key(base_dir, d, replace(cfg, threads=1, device="cuda", checkpoint_s=9))
     assert run_key(base_dir, d, cfg) != run_key(base_dir, d[:1], cfg)
+
+
+_FT_PARENT = """
+import sys, time
+from tlm.model.finetune import FinetuneConfig, FinetuneJob
+
+base, demos, out = sys.argv[1:4]
+job = FinetuneJob(base, demos, out, FinetuneConfig(steps=100000, batch_size=2), out + ".log", idle=True)
+print(job.proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.tvm
+def test_the_fine_tuning_child_dies_with_its_killed_parent(base_dir, tasks, host, tmp_path):
+    """`kill -9` of the process that started a fine-tuning (`tlm collect`'s loop, `FinetuneJob`)
+    ends the fine-tuning too (issue 48, item 8): it watches for its parent's death
+    (tlm.errors.die_with_parent)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from tlm.model.demos import write_demos
+    from tlm.model.finetune import as_demos
+
+    write_demos(as_demos(_demos(tasks, host), host), tmp_path / "demos.jsonl")
+    parent = subprocess.Popen([sys.executable, "-c", _FT_PARENT, str(base_dir), str(tmp_path / "demos.jsonl"),
+                               str(tmp_path / "ft")], stdout=subprocess.PIPE, text=True)
+    child = None
+
+    def alive(pid):
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    try:
+        child = int(parent.stdout.readline())
+        # torch loaded: the child is past the start of its main(), where it arms the parent-death signal
+        deadline = time.time() + 120
+        while alive(child) and time.time() < deadline and not any(
+                "torch" in m.path for m in psutil.Process(child).memory_maps()):
+            time.sleep(0.2)
+        assert alive(child), (tmp_path / "ft.log").read_text()[-2000:]
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.time() + 10
+        while alive(child) and time.time() < deadline:
+            time.sleep(0.1)
+        assert not alive(child), "the fine-tuning process outlived its killed parent"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        if child is not None and alive(child):
+            psutil.Process(child).kill()

@@ -278,7 +278,8 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
     import tvm
     from tvm import relax
 
-    from tlm.errors import quiet_stderr
+    from tlm.errors import interrupted, quiet_stderr
+    from tlm.graph.diagnose import BUILD, RUN, explain
     from tlm.graph.extract import extract_from_relax
     from tlm.graph.target import resolve_target
     from tlm.measure.database import open_db
@@ -296,24 +297,35 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
         database.close()
     tuned = sum(1 for r in rows if r["status"] == "tuned")
     measurements = sum(r["measured"] for r in rows)
-    try:
+    try:  # one line naming the stage and the operator (tlm.graph.diagnose), never TVM's last line
         with quiet_stderr():
             ex = build_relax(msdb, imported.mod, info, cfg.fast_math, cfg.prepack)
     except Exception as err:
-        lines = str(err).strip().splitlines()
-        raise TlmError(f"whole-model build failed: {lines[-1] if lines else err}") from None
+        if interrupted():
+            raise
+        raise TlmError(explain(err, "whole-model build", BUILD, imported.mod, info)) from None
     artifact = output or os.path.join(tempfile.mkdtemp(prefix="tlm-model-"), "model.so")
     os.makedirs(os.path.dirname(os.path.abspath(artifact)), exist_ok=True)
-    ex.export_library(artifact)
+    try:
+        ex.export_library(artifact)
+    except Exception as err:
+        if interrupted():
+            raise
+        raise TlmError(explain(err, f"saving the compiled model to {artifact}", BUILD)) from None
     dev = tvm.cpu()
-    vm = relax.VirtualMachine(tvm.runtime.load_module(artifact), dev)  # check the saved artifact
+    try:
+        vm = relax.VirtualMachine(tvm.runtime.load_module(artifact), dev)  # check the saved artifact
+        got = _out_numpy(vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(x), dev) for x in imported.inputs]))
+    except Exception as err:
+        if interrupted():
+            raise
+        raise TlmError(explain(err, f"running the compiled model {artifact}", RUN)) from None
     model = CompiledModel(vm=vm, artifact=os.path.abspath(artifact), latency_ms=0.0, max_abs_diff=None,
                           tolerance=None, tasks=len(tasks), tuned_tasks=tuned, measurements=measurements,
                           threads=info.cores, target=info.config, task_rows=rows, db=os.path.abspath(db),
                           greedy_tasks=sum(1 for r in rows if r["status"] == "greedy"))
     if (note := model.untuned_note()) is not None:  # never silent: the user may expect tuned code
         warnings.warn(note, stacklevel=2)
-    got = model(*imported.inputs)
     want = np.asarray(imported.reference(imported.inputs))
     if got.shape != want.shape:
         raise TlmError(f"compiled output shape {got.shape} differs from the reference {want.shape}")

@@ -50,8 +50,16 @@ def tune_and_compile(imported, tasks, target, *, db: str | None, budget: str | i
         from tlm.search.tune import tune
 
         db = db or default_run_dir(imported.source, info)
-        tune(list(tasks), "tlm", budget, db, target=info, config=tune_config or TuneConfig(),
-             progress=progress, model=model)
+        try:
+            tune(list(tasks), "tlm", budget, db, target=info, config=tune_config or TuneConfig(),
+                 progress=progress, model=model)
+        except Exception as err:  # TVM's own errors become one line naming the stage (tlm.graph.diagnose)
+            from tlm.errors import interrupted
+            from tlm.graph.diagnose import SCHEDULE, explain
+
+            if isinstance(err, TlmError) or interrupted():
+                raise
+            raise TlmError(explain(err, "tuning", SCHEDULE)) from None
         tune_s = time.perf_counter() - t0
     elif db is None:
         raise TlmError("a record database (db) is needed unless a budget is given")

@@ -73,12 +73,15 @@ def extract_from_relax(mod, target: TargetInfo, fast_math: bool = True,
     pre-packed weights (tlm.graph.passes)."""
     from tvm.s_tir import meta_schedule as ms
 
+    from tlm.graph.diagnose import EXTRACT, check_lowered, explain
+
     try:
         with quiet_stderr():
             fused = fuse(mod, target, fast_math, prepack)
             extracted = ms.relax_integration.extract_tasks(fused, target.tvm())
     except Exception as err:
-        raise TlmError(f"task extraction failed: {first_line(err, limit=None)}") from None
+        raise TlmError(explain(err, "task extraction", EXTRACT, mod, target)) from None
+    check_lowered(fused)  # an op no legalization covers: refused here, before any tuning
     tasks = [task_from_mod(t.dispatched[0], name=t.task_name, weight=t.weight) for t in extracted]
     # Heaviest first: a stable order that puts the work that matters on top.
     tasks.sort(key=lambda t: (-t.weight * t.flops, t.name))

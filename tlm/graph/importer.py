@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from tlm.errors import TlmError, first_line, quiet_stderr
+from tlm.graph.diagnose import IMPORT, PREPARE, explain, reason, unsupported_onnx_ops, unsupported_torch_ops
 from tlm.graph.passes import prepare
 
 
@@ -61,15 +62,18 @@ def import_torch(module, example_inputs, source: str = "<module>", sink_reshapes
             exported = torch.export.export(module, example_inputs)
     except Exception as err:
         msg = first_line(err, last=False, limit=None)
-        raise TlmError(f"model does not export with torch.export: {msg}") from None
+        raise TlmError(f"import failed: the model does not export with torch.export: {msg}") from None
     try:
         with quiet_stderr():
             mod = from_exported_program(exported, keep_params_as_input=False, unwrap_unit_return_tuple=True)
     except Exception as err:
-        msg = first_line(err, limit=None)
+        msg = reason(err)
+        if (ops := unsupported_torch_ops(exported, msg)) is not None:
+            raise TlmError(f"import failed: unsupported operator {ops}: TVM's PyTorch importer has no "
+                           f"conversion for {'them' if '), aten.' in ops else 'it'}") from None
         if "nsupported" in msg or "not supported" in msg:
-            raise TlmError(f"unsupported operator: {msg}") from None
-        raise TlmError(f"Relax import failed: {msg}") from None
+            raise TlmError(f"import failed: unsupported operator: {msg}") from None
+        raise TlmError(explain(err, "import", IMPORT)) from None
 
     def reference(inputs: list) -> Any:
         with torch.no_grad():
@@ -77,7 +81,17 @@ def import_torch(module, example_inputs, source: str = "<module>", sink_reshapes
         return _first_tensor(out).detach().numpy()
 
     inputs = [x.detach().numpy() for x in example_inputs]
-    return ImportedModel(source, prepare(mod, sink_reshapes, conv_layout), inputs, reference, module, example_inputs)
+    return ImportedModel(source, _prepared(mod, sink_reshapes, conv_layout), inputs, reference, module, example_inputs)
+
+
+def _prepared(mod, sink: bool = True, conv_layout: str | None = None):
+    """`prepare`, its failures named by stage (layout pass, graph preparation) and operator."""
+    try:
+        return prepare(mod, sink, conv_layout)
+    except TlmError:
+        raise
+    except Exception as err:
+        raise TlmError(explain(err, "import", PREPARE, mod)) from None
 
 
 def import_onnx(path: str, conv_layout: str | None = None) -> ImportedModel:
@@ -109,10 +123,13 @@ def import_onnx(path: str, conv_layout: str | None = None) -> ImportedModel:
         with quiet_stderr():
             mod = from_onnx(model, shape_dict=shapes, dtype_dict=dtypes, keep_params_in_input=False)
     except Exception as err:
-        msg = first_line(err, limit=None)
+        msg = reason(err)
+        if (ops := unsupported_onnx_ops(model, msg)) is not None:
+            raise TlmError(f"import failed: unsupported operator {ops} in {path}: TVM's ONNX importer has no "
+                           f"conversion for {'them' if '), ' in ops else 'it'}") from None
         if "not supported" in msg or "nsupported" in msg:
-            raise TlmError(f"unsupported operator in {path}: {msg}") from None
-        raise TlmError(f"ONNX import failed for {path}: {msg}") from None
+            raise TlmError(f"import failed: unsupported operator in {path}: {msg}") from None
+        raise TlmError(explain(err, f"import of {path}", IMPORT)) from None
 
     rng = np.random.default_rng(0)
     inputs = []
@@ -129,7 +146,7 @@ def import_onnx(path: str, conv_layout: str | None = None) -> ImportedModel:
         sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
         return sess.run(None, dict(zip(shapes, inputs)))[0]
 
-    return ImportedModel(path, prepare(mod, conv_layout=conv_layout), inputs, reference, onnx_path=path)
+    return ImportedModel(path, _prepared(mod, conv_layout=conv_layout), inputs, reference, onnx_path=path)
 
 
 def import_source(source: str, conv_layout: str | None = None) -> ImportedModel:

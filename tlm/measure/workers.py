@@ -255,8 +255,15 @@ def rpc_run_worker(rpc_config, cfg, check_cfg, artifact_path, device_type, args_
 
 
 def warm_worker() -> None:
-    """Pool initializer: pay for the TVM import and intrinsics once per worker process."""
+    """Pool initializer: pay for the TVM import and intrinsics once per worker process, and end
+    the worker when the process that owns its pool dies (TVM's popen_worker only notices that
+    between jobs, when its pipe closes; one running a long job, or serving, would outlive it)."""
+    import signal
+
+    from tlm.errors import die_with_parent
     from tlm.space.intrin import light_tensor_intrin
+
+    die_with_parent(sig=signal.SIGKILL)  # the pool's threads that start workers live as long as the pool
 
     light_tensor_intrin()
 

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tlm.errors import TlmError
+from tlm.errors import PARENT_PID_ENV, TlmError, die_with_parent
 from tlm.model.checkpoint import checkpoint_path, drop_checkpoint, load_checkpoint, run_key, save_checkpoint
 from tlm.model.demos import (Demo, as_demos, db_demos, demo_records, demonstrations, encode_demo, read_demos,
                              token_logprobs, trace_sentence, value_logprobs, value_mask, write_demos)
@@ -290,8 +290,10 @@ class FinetuneJob:
                "--epochs", repr(c.epochs), "--loss", c.loss, "--seed", str(c.seed), "--device", c.device,
                "--threads", str(c.threads)] + (["--target", *targets] if targets else []) + (["--idle"] if idle else [])
         root = str(Path(__file__).resolve().parents[2])
+        # the child ends when this process dies, even by `kill -9` (tlm.errors.die_with_parent)
         env = dict(os.environ, OMP_NUM_THREADS=str(max(1, c.threads)), MKL_NUM_THREADS=str(max(1, c.threads)),
-                   PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+                   PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
+                   **{PARENT_PID_ENV: str(os.getpid())})
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=root)
 
@@ -380,9 +382,12 @@ def register_cli(subparsers) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m tlm.model.finetune ...` (the arguments of `tlm finetune`)."""
+    """`python -m tlm.model.finetune ...` (the arguments of `tlm finetune`). Started by
+    `FinetuneJob`, it ends when that process dies (`die_with_parent`)."""
     import warnings
 
+    if PARENT_PID_ENV in os.environ:
+        die_with_parent(os.environ.pop(PARENT_PID_ENV))
     warnings.filterwarnings("ignore")
     p = argparse.ArgumentParser(prog="python -m tlm.model.finetune", description=__doc__.split("\n")[0])
     _add_args(p)

@@ -1,0 +1,58 @@
+"""The measurer's worker processes (tlm.measure.workers) die with the process that owns their pool,
+even when it is killed with SIGKILL while a worker is busy (issue 48, item 8)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = pytest.mark.tvm
+
+PARENT = """
+import os, sys, time
+from tvm.support.popen_pool import PopenPoolExecutor
+from tlm.measure.workers import warm_worker
+
+pool = PopenPoolExecutor(max_workers=1, timeout=None, initializer=warm_worker)
+print(pool.submit(os.getpid).result(), flush=True)
+pool.submit(time.sleep, 600)  # busy: TVM's popen_worker only sees its pipe close between jobs
+time.sleep(600)
+"""
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, ended but not yet reaped by its new parent, does not)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_gone(pid: int, seconds: float) -> bool:
+    deadline = time.time() + seconds
+    while alive(pid) and time.time() < deadline:
+        time.sleep(0.1)
+    return not alive(pid)
+
+
+def test_a_busy_worker_dies_with_its_killed_parent():
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True)
+    worker = None
+    try:
+        worker = int(parent.stdout.readline())
+        time.sleep(0.5)  # the sleep job has reached the worker
+        assert alive(worker)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        assert wait_gone(worker, 10), "the pool's worker outlived its killed parent"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        if worker is not None and alive(worker):
+            os.kill(worker, signal.SIGKILL)
