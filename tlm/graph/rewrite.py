@@ -1,0 +1,70 @@
+"""Graph rewrites that give one model the same tasks from either door (PyTorch or ONNX).
+
+ONNX before opset 20 has no Gelu: `torch.onnx.export` writes GELU as `x * 0.5 * (1 + erf(x /
+sqrt(2)))`, and TVM's ONNX importer keeps the five elementwise ops. Through torch.export the same
+model has `R.nn.gelu`, which tlm's fast-math legalization computes with a polynomial
+(tlm.graph.passes) where the ONNX chain calls the exact `erf`. `fold_gelu` turns the chain back
+into `R.nn.gelu` (in any operand order, `/ sqrt(2)` or `* 1/sqrt(2)`); anything else is left as
+it was.
+"""
+
+from __future__ import annotations
+
+import math
+
+_SQRT2 = math.sqrt(2.0)
+
+
+def _scalar(expr) -> float | None:
+    """The value of a scalar (or one-element) float constant, else None."""
+    from tvm.ir.expr import Constant
+
+    if not isinstance(expr, Constant):
+        return None
+    data = expr.value.numpy()
+    return float(data.reshape(-1)[0]) if data.size == 1 and data.dtype.kind == "f" else None
+
+
+def _near(value: float | None, want: float) -> bool:
+    return value is not None and abs(value - want) <= 1e-5 * abs(want)
+
+
+def _gelu_pattern():
+    """(pattern, x, the erf's divisor pattern, scale, one, half): 0.5 * x * (1 + erf(x / s)) or
+    (... erf(x * s) ...) in its written operand orders."""
+    from tvm.relax.dpl import is_const, is_op, wildcard
+
+    x, scale, one, half = wildcard(), is_const(), is_const(), is_const()
+    divided = is_op("relax.divide")(x, scale)
+    scaled = divided | is_op("relax.multiply")(x, scale) | is_op("relax.multiply")(scale, x)
+    erf = is_op("relax.erf")(scaled)
+    inner = is_op("relax.add")(erf, one) | is_op("relax.add")(one, erf)
+    x_inner = is_op("relax.multiply")(x, inner) | is_op("relax.multiply")(inner, x)
+    half_x = is_op("relax.multiply")(x, half) | is_op("relax.multiply")(half, x)
+    pattern = (is_op("relax.multiply")(x_inner, half) | is_op("relax.multiply")(half, x_inner)
+               | is_op("relax.multiply")(half_x, inner) | is_op("relax.multiply")(inner, half_x))
+    return pattern, x, divided, scale, one, half
+
+
+def fold_gelu(mod):
+    """`R.nn.gelu(x)` for every exact-GELU chain of elementwise ops in `mod` (checked constants)."""
+    from tvm import relax
+    from tvm.relax.dpl import rewrite_call
+
+    pattern, x, divided, scale, one, half = _gelu_pattern()
+
+    def rewriter(expr, matches):
+        want = _SQRT2 if divided in matches else 1.0 / _SQRT2
+        if not (_near(_scalar(matches[scale]), want) and _near(_scalar(matches[one]), 1.0)
+                and _near(_scalar(matches[half]), 0.5)):
+            return expr
+        return relax.op.nn.gelu(matches[x])
+
+    out = mod
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            new = rewrite_call(pattern, rewriter, func)
+            if not new.same_as(func):
+                out = out.clone() if out is mod else out
+                out[gv] = new
+    return out
