@@ -3,7 +3,8 @@ extraction and the whole-model compile run (so tuned records always find their t
 
 - `prepare`: before fusion, target-independent: batch norm decomposed into arithmetic that fuses
   into convs, zero pads folded into convs and convs in NHWC (tlm.graph.layout), constant operands of commutative ops put second (frontend-independent hashes),
-  elementwise ops moved before reshapes so they fuse into the matmul before (`sink_reshapes`).
+  elementwise ops moved before reshapes so they fuse into the matmul before (`sink_reshapes`),
+  matmuls of odd widths split into a round part and a padded tail (tlm.graph.widths).
 - `fuse_passes`: library dispatch, legalization with fast vectorizable math (`FAST_MATH`),
   op patterns, constant folding, FuseOps, FuseTIR, then `layout_free` (pre-packed weights).
 
@@ -154,16 +155,21 @@ def prepare(mod, sink: bool = True, conv_layout: str | None = None):
     into the convs after them and 2-D convs take `conv_layout` (default
     `tlm.graph.layout.CONV_LAYOUT`; tlm.graph.layout); operand order is made
     frontend-independent; elementwise ops move before reshapes (into matmul epilogues;
-    `sink=False` leaves them, for the benchmarks' "before")."""
+    `sink=False` leaves them, for the benchmarks' "before"); matmuls of odd widths computed as a
+    round part and a padded tail (tlm.graph.widths); an ONNX export's
+    exact-GELU chain is `gelu` again (tlm.graph.rewrite)."""
     from tvm import relax
 
     from tlm.graph.layout import CONV_LAYOUT, convert_conv_layout, fold_pads
+    from tlm.graph.widths import split_odd_widths
+    from tlm.graph.rewrite import fold_gelu
 
     mod = relax.transform.DecomposeOpsForInference()(mod)
-    mod = relax.transform.CanonicalizeBindings()(mod)
+    mod = fold_gelu(relax.transform.CanonicalizeBindings()(mod))
     mod = convert_conv_layout(fold_pads(mod), conv_layout or CONV_LAYOUT)
     mod = constants_last(mod)
-    return sink_reshapes(mod) if sink else mod
+    mod = sink_reshapes(mod) if sink else mod
+    return split_odd_widths(mod)
 
 
 # ---------------------------------------------------------------------- fast math

@@ -1,0 +1,116 @@
+"""Odd widths (tlm.graph.widths, issue 48 item 3): a matmul of a width without a factor of 8 is
+computed as a round part and a padded tail, each with its epilogue, and still matches PyTorch;
+round widths and graphs the pass does not know are left exactly as they were."""
+
+import pytest
+import torch
+
+from tlm.graph.widths import width_parts
+
+
+def test_the_rule_splits_only_widths_without_a_factor_of_8():
+    assert width_parts(1031) == ((1024, 1024), (7, 16))
+    assert width_parts(50257) == ((50240, 50240), (17, 32))
+    assert width_parts(131) == ((128, 128), (3, 16))
+    assert width_parts(61) == ((61, 64),)
+    # A factor of 8 (1000: the zoo's classifier heads), or a third more work (24 -> 32, 37 -> 48).
+    assert [width_parts(n) for n in (1024, 1000, 768, 3072, 16, 8, 24, 37, 1, 2, 0)] == [None] * 11
+
+
+def _linear(width: int, k: int = 64) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(k, width), torch.nn.ReLU()).eval()
+
+
+def _as_imported(module, x):
+    """The module imported with the split left out."""
+    from unittest import mock
+
+    from tlm.graph import widths
+    from tlm.graph.importer import import_torch
+
+    with mock.patch.object(widths, "split_odd_widths", lambda mod: mod):
+        return import_torch(module, x)
+
+
+@pytest.mark.tvm
+def test_an_odd_linear_is_split_and_matches_pytorch(tmp_path, host):
+    from tlm.compiler.build import CompileConfig, compile_imported
+    from tlm.graph.extract import extract_from_relax
+    from tlm.graph.importer import import_torch
+    from tlm.measure.database import open_db
+
+    x = (torch.randn(1, 4, 64),)
+    imported = import_torch(_linear(1031), x)
+    script = imported.mod["main"].script()
+    assert "R.Tensor((4, 1024)" in script and "R.Tensor((4, 16)" in script, script
+    assert script.count("R.concat") == 1 and script.count("R.strided_slice") == 1, script
+    tasks = extract_from_relax(imported.mod, host)
+    round_task = extract_from_relax(import_torch(_linear(1024), x).mod, host)[0]
+    assert round_task.name == "fused_matmul_add_relu" and round_task.hash in {t.hash for t in tasks}
+    assert sum(t.name.startswith("fused_matmul") for t in tasks) == 2, [t.name for t in tasks]
+    open_db(str(tmp_path / "db")).close()
+    with pytest.warns(UserWarning, match="untuned"):
+        compiled = compile_imported(imported, str(tmp_path / "db"), target=host,
+                                    config=CompileConfig(repeat=1, min_repeat_ms=1, compare=False))
+    assert compiled.matches, compiled.max_abs_diff
+    assert compiled(*x).shape == (1, 4, 1031)
+
+
+@pytest.mark.tvm
+def test_a_round_linear_is_left_alone():
+    from tlm.graph.importer import import_torch
+    from tlm.graph.widths import split_odd_widths
+
+    x = (torch.randn(1, 4, 64),)
+    assert "R.concat" not in import_torch(_linear(1024), x).mod["main"].script()
+    imported = _as_imported(_linear(1024), x)
+    assert split_odd_widths(imported.mod) is imported.mod  # not even rebuilt: the same tasks, the same hashes
+
+
+@pytest.mark.tvm
+def test_an_epilogue_with_constants_is_carried_by_both_parts():
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    from tlm.graph.importer import import_torch
+
+    class Block(torch.nn.Module):  # bias, GELU, a per-column scale, then a Linear reading all 131
+        def __init__(self):
+            super().__init__()
+            self.fc, self.out = torch.nn.Linear(64, 131), torch.nn.Linear(131, 24)
+            self.scale = torch.nn.Parameter(torch.rand(131) + 0.5)
+
+        def forward(self, x):
+            return self.out(torch.nn.functional.gelu(self.fc(x)) * self.scale)
+
+    torch.manual_seed(0)
+    block, x = Block().eval(), torch.randn(1, 8, 64)
+    script = import_torch(block, (x,)).mod["main"].script()
+    assert script.count("R.nn.gelu") == 2 and script.count("R.multiply") == 2, script
+    vm = relax.VirtualMachine(relax.build(import_torch(block, (x,)).mod, target="llvm"), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x.numpy())).numpy()
+    np.testing.assert_allclose(got, block(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.tvm
+def test_a_graph_it_cannot_handle_is_left_as_it_was(capsys):
+    from unittest import mock
+
+    from tlm.graph import widths
+
+    x = (torch.randn(1, 4, 64),)
+    imported = _as_imported(_linear(1031), x)
+    before = imported.mod["main"].script()
+    with mock.patch.object(widths, "_part_consts", side_effect=RuntimeError("boom")):
+        out = widths.split_odd_widths(imported.mod)
+    assert out is imported.mod and out["main"].script() == before
+    assert capsys.readouterr().err.count("tlm: warning: odd widths left unsplit: ") == 1
+
+    class Bmm(torch.nn.Module):  # an odd width without a constant weight: nothing to split
+        def forward(self, a, b):
+            return torch.relu(a @ b)
+
+    bmm = _as_imported(Bmm(), (torch.randn(4, 64), torch.randn(64, 1031)))
+    assert widths.split_odd_widths(bmm.mod) is bmm.mod

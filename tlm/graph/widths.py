@@ -1,0 +1,247 @@
+"""Odd widths (issue 48, item 3): a matmul whose output width has no vector-friendly tile is
+computed as a round part and a padded tail, run by `tlm.graph.passes.prepare` after the
+epilogues have moved next to their matmuls.
+
+MetaSchedule tiles a loop only by perfect factors (SamplePerfectTile), so a width without a
+factor of 8 (one AVX2 register of float32; a prime such as 1031) offers no vector-wide innermost
+tile anywhere in its design space: `Linear(512, 1031)` ran 9x slower than `Linear(512, 1024)`
+at budget 0 on a Zen 4. Padding the width to the next multiple of 16 makes such tiles exist,
+but measured it was not enough (tools/odd_widths.py, bench/results/odd_widths.md): a width the
+tuner's model has not learned (1040 = 16 x 65) gets a vector-hostile innermost factor (5), and
+ran 1.8x (budget 0) and 2.5x (10 measurements per task) slower than 1024 on a Zen 3. So the
+width is split as non-perfect tiles are, a round part and a tail (`width_parts`):
+
+    y = relu(x @ W + b)   ->   y = concat(relu(x @ W[:, :1024] + b[:1024]),
+                                          relu(x @ pad(W[:, 1024:]) + pad(b[1024:])))[..., :1031]
+
+- The round part is the largest multiple of `ROUND` (64, MetaSchedule's largest innermost
+  factor on CPUs: every power-of-two innermost tile fits), the task a round width would give;
+  the tail (< 64 columns) is zero-padded to a multiple of `MULTIPLE` (16 float32: one AVX-512
+  register, two AVX2 ones, four NEON ones, half a CUDA warp) and is a small task of its own.
+  The rule is the same for every target, so every CPU keeps the same tasks.
+- The parts carry the matmul's epilogue (`CARRY_UNARY`, `CARRY_BINARY` with a constant or with
+  another operand split the same way, reshapes that keep the last axis), so each stays one
+  fused task; the concat and slice that give the model's tensor back are one injective task
+  (with a reshape after them). Padded columns are sliced away, so their values never matter;
+  constants are padded with 0 (1 for multiply, divide, power) to keep them tame.
+- Only widths that are not a multiple of 8 are split, and only when the padding adds at most
+  `MAX_EXTRA` of the work: 1000 (8 x 125, the zoo's classifier heads) and every round width
+  (768, 1024, 3072) stay as they are, and a function without such a matmul is not rebuilt at
+  all (its tasks and hashes are unchanged).
+- A module the pass cannot rewrite is returned unchanged, with one `tlm: warning:` line.
+"""
+
+from __future__ import annotations
+
+import sys
+
+ROUND = 64  # the round part: a multiple of this
+MULTIPLE = 16  # the tail (or a width under ROUND) is padded to a multiple of this
+LANES = 8  # widths with a factor of this are left alone (an 8-lane innermost tile exists)
+MAX_EXTRA = 0.10  # at most this much more work (padded columns / real columns)
+
+# Ops that act on each column on its own: the parts carry them.
+CARRY_UNARY = ("relax.nn.relu", "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.silu", "relax.tanh",
+               "relax.sigmoid", "relax.erf", "relax.exp", "relax.sqrt", "relax.rsqrt", "relax.negative",
+               "relax.abs", "relax.clip", "relax.astype")
+# Binary op -> the value the padded columns of a constant operand get.
+CARRY_BINARY = {"relax.add": 0.0, "relax.subtract": 0.0, "relax.multiply": 1.0, "relax.divide": 1.0,
+                "relax.power": 1.0, "relax.maximum": 0.0, "relax.minimum": 0.0}
+_FLOATS = ("float16", "float32", "float64")
+
+
+def width_parts(n: int) -> tuple[tuple[int, int], ...] | None:
+    """How a matmul of output width `n` is computed: (columns, computed width) per part, or None
+    to leave it. 1031 -> ((1024, 1024), (7, 16)); 61 -> ((61, 64),); 1000, 1024, 24 -> None
+    (a factor of 8; 24 would be a third more work)."""
+    if n <= 0 or n % LANES == 0:
+        return None
+    bulk, tail = n - n % ROUND, n % ROUND
+    padded = -(-tail // MULTIPLE) * MULTIPLE
+    if padded - tail > MAX_EXTRA * n:
+        return None
+    return ((bulk, bulk), (tail, padded)) if bulk else ((tail, padded),)
+
+
+def _shape(expr) -> list[int] | None:
+    try:
+        return [int(v) for v in expr.ty.shape.values]
+    except (AttributeError, TypeError):  # unknown or symbolic shape
+        return None
+
+
+def _op(call) -> str:
+    return str(getattr(call.op, "name", ""))
+
+
+def _part_consts(value, parts, fill: float) -> list:
+    """Relax constants: numpy `value`'s last axis cut into `parts`, each padded with `fill`."""
+    import numpy as np
+    from tvm import relax
+
+    out, start = [], 0
+    for cols, width in parts:
+        piece = value[..., start:start + cols]
+        widths = [(0, 0)] * (value.ndim - 1) + [(0, width - cols)]
+        out.append(relax.const(np.pad(piece, widths, constant_values=fill), str(value.dtype)))
+        start += cols
+    return out
+
+
+def _rewriter():
+    import tvm
+    from tvm import relax
+
+    Const = type(relax.const(0.0))
+
+    @relax.expr_functor.mutator
+    class Split(relax.PyExprMutator):
+        """Per dataflow block, `parts` maps an original variable to (its part variables, the
+        layout `width_parts` gave); the original variable itself is remapped to the concat and
+        slice of its parts, which dead-code elimination removes where only carried ops read it."""
+
+        def __init__(self, mod=None):
+            super().__init__(mod)
+            self.parts: dict = {}
+            self.changed = False
+
+        def visit_dataflow_block_(self, block):
+            self.parts = {}
+            return super().visit_dataflow_block_(block)
+
+        def weight(self, expr):
+            """A 2-D float constant operand (or `permute_dims` of one) as numpy, else None."""
+            expr = self.visit_expr(expr)
+            if isinstance(expr, relax.Var):
+                expr = self.lookup_binding(expr)
+            permute, axes = False, None
+            if isinstance(expr, relax.Call) and _op(expr) == "relax.permute_dims":
+                permute = True
+                axes = None if expr.attrs.axes is None else [int(a) for a in expr.attrs.axes]
+                expr = expr.args[0]
+                if isinstance(expr, relax.Var):
+                    expr = self.lookup_binding(expr)
+            if not isinstance(expr, Const):
+                return None
+            value = expr.value.numpy()
+            if value.ndim != 2 or str(value.dtype) not in _FLOATS:
+                return None
+            return value.transpose(axes) if permute else value  # axes None: reversed
+
+        def matmul(self, call):
+            x, w = call.args
+            value = self.weight(w)
+            layout = None if value is None else width_parts(value.shape[1])
+            if layout is None:
+                return None
+            data = self.visit_expr(x)
+            out_dtype = str(call.attrs.out_dtype)
+            out_dtype = None if out_dtype in ("", "void") else out_dtype
+            return [relax.op.matmul(data, c, out_dtype=out_dtype) for c in _part_consts(value, layout, 0.0)], layout
+
+        def carried(self, call):
+            """The call on each part of its split operand(s), or None where the split ends."""
+            op, args = _op(call), list(call.args)
+            split = [self.parts.get(a) if isinstance(a, relax.Var) else None for a in args]
+            if split[0] is not None and op in CARRY_UNARY:
+                rest = [self.visit_expr(a) for a in args[1:]]
+                vs, layout = split[0]
+                return [relax.Call(call.op, [v, *rest], call.attrs, call.ty_args) for v in vs], layout
+            if op == "relax.reshape" and split[0] is not None:
+                vs, layout = split[0]
+                shape = _shape(call)
+                if not shape or shape[-1] != sum(c for c, _ in layout):
+                    return None
+                return [relax.op.reshape(v, [*shape[:-1], w]) for v, (_, w) in zip(vs, layout)], layout
+            if op not in CARRY_BINARY or len(args) != 2 or not any(split):
+                return None
+            if all(split):
+                if split[0][1] != split[1][1]:
+                    return None
+                pairs = zip(split[0][0], split[1][0])
+                return [relax.Call(call.op, [a, b], call.attrs, call.ty_args) for a, b in pairs], split[0][1]
+            i = 0 if split[0] is not None else 1
+            vs, layout = split[i]
+            other = self.visit_expr(args[1 - i])
+            if not isinstance(other, Const):
+                return None
+            value = other.value.numpy()
+            if value.ndim and value.shape[-1] == sum(c for c, _ in layout):
+                others = _part_consts(value, layout, CARRY_BINARY[op])
+            elif value.ndim == 0 or value.shape[-1] == 1:
+                others = [other] * len(vs)
+            else:
+                return None
+            pairs = zip(vs, others) if i == 0 else zip(others, vs)
+            return [relax.Call(call.op, list(p), call.attrs, call.ty_args) for p in pairs], layout
+
+        def visit_var_binding_(self, binding):
+            call = binding.value
+            out = None
+            if self.builder_.current_block_is_dataflow() and isinstance(call, relax.Call) \
+                    and isinstance(call.op, tvm.ir.Op):
+                out = self.matmul(call) if _op(call) == "relax.matmul" else self.carried(call)
+            if out is None:
+                return super().visit_var_binding_(binding)
+            self.changed = True
+            exprs, layout = out
+            var = binding.var
+            vs = [self.builder_.emit(e, f"{var.name}_part{i}") for i, e in enumerate(exprs)]
+            axis = int(vs[0].ty.ndim) - 1
+            whole = vs[0] if len(vs) == 1 else self.builder_.emit(relax.op.concat(vs, axis=axis), f"{var.name}_parts")
+            n = sum(c for c, _ in layout)
+            value = relax.op.strided_slice(whole, axes=[axis], begin=[0], end=[n])
+            emit = self.builder_.emit_output if not isinstance(var, relax.DataflowVar) else self.builder_.emit
+            self.set_var_remap(var, emit(value, var.name))
+            self.parts[var] = (vs, layout)
+            return None
+
+    return Split
+
+
+def _has_candidate(func) -> bool:
+    """Whether a function has a matmul of a width that `width_parts` splits."""
+    from tvm import relax
+
+    found = []
+
+    def visit(e):
+        if isinstance(e, relax.Call) and _op(e) == "relax.matmul":
+            shape = _shape(e)
+            if shape and width_parts(shape[-1]) is not None:
+                found.append(e)
+
+    relax.analysis.post_order_visit(func, visit)
+    return bool(found)
+
+
+def split_odd_widths(mod):
+    """Matmuls with a constant 2-D weight and an odd output width (`width_parts`) computed as a
+    round part and a padded tail, their epilogues with them, the model's tensor put back
+    together after them."""
+    from tvm import relax
+
+    from tlm.errors import first_line
+
+    original = mod
+    try:
+        Split = _rewriter()
+        changed = False
+        mod = mod.clone()  # the caller's module stays as it was, whatever happens
+        for gv, func in list(mod.functions.items()):
+            if not (isinstance(func, relax.Function) and _has_candidate(func)):
+                continue
+            rewriter = Split(original)
+            new = rewriter.visit_expr(func)
+            if rewriter.changed:
+                mod[gv] = new
+                changed = True
+        if not changed:
+            return original
+        mod = relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(mod))
+        relax.analysis.well_formed(mod)  # raises on the first violation
+        return mod
+    except Exception as err:  # a graph this pass does not know: left as it was
+        print(f"tlm: warning: odd widths left unsplit: {first_line(err, limit=160)}", file=sys.stderr)
+        sys.stderr.flush()
+        return original
