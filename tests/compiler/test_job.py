@@ -184,7 +184,8 @@ def test_compile_needs_db_or_budget(tmp_path, capsys):
     assert main(["compile", "mobilenet_v2", "--budget", "lots"]) == 2
 
 
-def _shipped_model(host) -> str:
+def shipped_model(host) -> str:
+    """The shipped language model for this host, or a skip that says why (also test_job_outside_zoo)."""
     from tlm.errors import TlmError
     from tlm.model.lm import default_model_dir, load_model
 
@@ -210,7 +211,7 @@ def test_a_zoo_model_compiles_at_budget_zero_and_matches(tmp_path, host):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = compile_model("bert_tiny-b1-s64", db=str(tmp_path / "db"), target=host, budget=0,
-                              model=_shipped_model(host), tune_config=TuneConfig(pick="greedy", cost_model="none"),
+                              model=shipped_model(host), tune_config=TuneConfig(pick="greedy", cost_model="none"),
                               config=CompileConfig(repeat=2, min_repeat_ms=5, compare=False))
     assert model.matches, (model.max_abs_diff, model.tolerance)
     assert model.tasks >= 10 and model.greedy_tasks == model.tasks and not model.untuned_tasks

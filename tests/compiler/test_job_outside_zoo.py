@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 import torch
+from test_job import shipped_model  # noqa: E402 - the same directory's helper
 
 pytestmark = pytest.mark.tvm
 
@@ -53,18 +54,6 @@ def _models():
 MODELS = _models()
 
 
-def _shipped_model(host):
-    from tlm.errors import TlmError
-    from tlm.model.lm import default_model_dir, load_model
-
-    try:
-        path = default_model_dir(host)
-        load_model(path)
-    except TlmError as err:
-        pytest.skip(f"no usable shipped model for this host: {err}")
-    return str(path)
-
-
 def _compile(name, budget, host, tmp_path):
     from tlm.compiler.build import CompileConfig
     from tlm.compiler.job import compile_model
@@ -77,7 +66,7 @@ def _compile(name, budget, host, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return compile_model(module.eval(), x, db=str(tmp_path / "db"), target=host, budget=budget,
-                             model=_shipped_model(host), tune_config=tune,
+                             model=shipped_model(host), tune_config=tune,
                              config=CompileConfig(repeat=2, min_repeat_ms=5, compare=False))
 
 
@@ -128,7 +117,7 @@ def test_a_unet_compiles_at_budget_zero_and_matches(host, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         compiled = compile_model(TinyUNet().eval(), (torch.randn(1, 3, 32, 32),), db=str(tmp_path / "db"),
-                                 target=host, budget=0, model=_shipped_model(host),
+                                 target=host, budget=0, model=shipped_model(host),
                                  tune_config=TuneConfig(pick="greedy", cost_model="none"),
                                  config=CompileConfig(repeat=2, min_repeat_ms=5, compare=False))
     assert compiled.matches, (compiled.max_abs_diff, compiled.tolerance)

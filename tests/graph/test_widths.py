@@ -95,6 +95,33 @@ def test_an_epilogue_with_constants_is_carried_by_both_parts():
 
 
 @pytest.mark.tvm
+def test_an_onnx_gemm_is_split_too():
+    """ONNX's Gemm imports as matmul(x, permute_dims(W)) with no out_dtype."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    from tlm.graph.widths import split_odd_widths
+
+    rng = np.random.default_rng(0)
+    w, b = rng.standard_normal((131, 64)).astype("float32"), rng.standard_normal(131).astype("float32")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 64), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            mm = bb.emit(relax.op.matmul(x, bb.emit(relax.op.permute_dims(relax.const(w), [1, 0]))))
+            out = bb.emit_output(relax.op.nn.relu(bb.emit(relax.op.add(mm, relax.const(b)))))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    split = split_odd_widths(mod)
+    assert "R.concat" in split.script()
+    data = rng.standard_normal((4, 64)).astype("float32")
+    run = lambda m: relax.VirtualMachine(tvm.compile(m, target="llvm"), tvm.cpu())["main"](  # noqa: E731
+        tvm.runtime.tensor(data)).numpy()
+    np.testing.assert_allclose(run(split), run(mod), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.tvm
 def test_a_graph_it_cannot_handle_is_left_as_it_was(capsys):
     from unittest import mock
 

@@ -123,7 +123,7 @@ def _out_numpy(out):
     return _out_numpy(out[0])  # a tuple output: the first element is the model's output
 
 
-def _median_ms(fn, repeat: int, min_repeat_ms: int) -> float:
+def median_ms(fn, repeat: int, min_repeat_ms: int) -> float:
     """Median over `repeat` repeats of the mean of enough calls to last `min_repeat_ms`."""
     fn()  # warm-up
     t0 = time.perf_counter()
@@ -144,7 +144,7 @@ def _pytorch_ms(module, example_inputs, threads: int, cfg: CompileConfig) -> flo
 
     torch.set_num_threads(threads)
     with torch.no_grad():
-        return _median_ms(lambda: module(*example_inputs), cfg.repeat, cfg.min_repeat_ms)
+        return median_ms(lambda: module(*example_inputs), cfg.repeat, cfg.min_repeat_ms)
 
 
 def onnxruntime_runner(imported, threads: int) -> tuple[Callable[[], Any] | None, str | None]:
@@ -185,7 +185,7 @@ def onnxruntime_runner(imported, threads: int) -> tuple[Callable[[], Any] | None
 def _onnxruntime_ms(imported, threads: int, cfg: CompileConfig) -> tuple[float | None, str | None]:
     """ONNX Runtime latency on the same inputs; (None, reason) when no ONNX model can be had."""
     run, note = onnxruntime_runner(imported, threads)
-    return (None, note) if run is None else (_median_ms(run, cfg.repeat, cfg.min_repeat_ms), None)
+    return (None, note) if run is None else (median_ms(run, cfg.repeat, cfg.min_repeat_ms), None)
 
 
 # run_secs given to an unmeasured greedy record in the MetaSchedule view (it is the task's only

@@ -7,6 +7,7 @@ zoo name | torch.nn.Module | .onnx  --importer-->  ImportedModel (Relax)  --extr
 - importer.py   torch.export / ONNX -> Relax, with a reference implementation to check against
 - layout.py     conv layout: zero pads folded into convs, 2-D convs in NHWC (the measured default)
 - passes.py     tlm's Relax passes (fast math, epilogues across reshapes, pre-packed weights) and the fusion pass list
+- widths.py     odd matmul widths (no factor of 8) computed as a round part and a padded tail
 - extract.py    MetaSchedule's fusion passes, task extraction, the on-disk task cache, hold-out
 - tasks.py      the `Task` record every later stage works on
 """

@@ -136,7 +136,7 @@ def _rewriter():
                 return None
             data = self.visit_expr(x)
             out_dtype = str(call.attrs.out_dtype)
-            out_dtype = None if out_dtype in ("", "void") else out_dtype
+            out_dtype = None if out_dtype in ("", "void", "None") else out_dtype  # None: an ONNX import
             return [relax.op.matmul(data, c, out_dtype=out_dtype) for c in _part_consts(value, layout, 0.0)], layout
 
         def carried(self, call):
