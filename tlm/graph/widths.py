@@ -8,8 +8,9 @@ tile anywhere in its design space: `Linear(512, 1031)` ran 9x slower than `Linea
 at budget 0 on a Zen 4. Padding the width to the next multiple of 16 makes such tiles exist,
 but measured it was not enough (tools/odd_widths.py, bench/results/odd_widths.md): a width the
 tuner's model has not learned (1040 = 16 x 65) gets a vector-hostile innermost factor (5), and
-ran 1.8x (budget 0) and 2.5x (10 measurements per task) slower than 1024 on a Zen 3. So the
-width is split as non-perfect tiles are, a round part and a tail (`width_parts`):
+ran 1.8x (budget 0) and 2.6x (10 measurements per task) slower than 1024 on a Zen 3, where
+the split below runs 1.06x and 1.19x (unsplit 1031: 5.2x and 2.5x). So the width is split as
+non-perfect tiles are, into a round part and a tail (`width_parts`):
 
     y = relu(x @ W + b)   ->   y = concat(relu(x @ W[:, :1024] + b[:1024]),
                                           relu(x @ pad(W[:, 1024:]) + pad(b[1024:])))[..., :1031]
