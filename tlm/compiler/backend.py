@@ -23,6 +23,7 @@ import os
 import warnings
 from typing import Any, Callable, Sequence
 
+from tlm.compiler.build import to_tvm
 from tlm.errors import TlmError, first_line, quiet_stderr
 
 OPTIONS = ("budget", "db", "target", "model")  # torch.compile(..., options={...}) keys
@@ -33,20 +34,6 @@ def _warn(reason: str) -> None:
     # dynamo and print its source line); filter it with `-W ignore:::tlm.compiler.backend`.
     warnings.warn_explicit(f"tlm: running this graph in eager PyTorch: {reason}", UserWarning,
                            "torch.compile(backend='tlm')", 0, module=__name__)
-
-
-def _to_tvm(xs: Sequence[Any]) -> list:
-    """numpy arrays or torch tensors -> TVM CPU tensors (copied: TVM wants aligned, contiguous data)."""
-    import numpy as np
-    import tvm
-
-    dev = tvm.cpu()
-    out = []
-    for x in xs:
-        if hasattr(x, "detach"):
-            x = x.detach().cpu().numpy()
-        out.append(tvm.runtime.tensor(np.ascontiguousarray(x), dev))
-    return out
 
 
 def _flatten(out) -> list:
@@ -127,7 +114,7 @@ class CompiledGraph:
     def run(self, args: Sequence[Any]):
         import torch
 
-        outs = _flatten(self.vm["main"](*_to_tvm([args[i] for i in self.user])))
+        outs = _flatten(self.vm["main"](*to_tvm([args[i] for i in self.user])))
         if len(outs) != len(self.meta):
             raise TlmError(f"the library returns {len(outs)} outputs, the graph {len(self.meta)}")
         got = [torch.from_numpy(o).to(device=dev, dtype=dt) for o, (dt, dev) in zip(outs, self.meta)]
@@ -241,7 +228,7 @@ class Library:
         if len(inputs) != self.arity:
             raise TlmError(f"{self.path} takes {self.arity} inputs ({', '.join(self.inputs)}), got {len(inputs)}")
         try:
-            outs = _flatten(self.vm["main"](*_to_tvm(inputs)))
+            outs = _flatten(self.vm["main"](*to_tvm(inputs)))
         except Exception as err:  # wrong shapes or dtypes: the VM's check says which
             raise TlmError(f"{self.path}: {first_line(err)}") from None
         device = next((x.device for x in inputs if isinstance(x, torch.Tensor)), None)

@@ -66,13 +66,7 @@ class CompiledModel:
     wall_s: float | None = None  # tuning (if any) + build + check + timing
 
     def __call__(self, *inputs):
-        import numpy as np
-        import tvm
-
-        dev = tvm.cpu()
-        args = [tvm.runtime.tensor(np.ascontiguousarray(_to_numpy(x)), dev) for x in inputs]
-        out = self.vm["main"](*args)
-        return _out_numpy(out)
+        return _out_numpy(self.vm["main"](*to_tvm(inputs)))
 
     @property
     def matches(self) -> bool:
@@ -115,6 +109,15 @@ def _to_numpy(x):
     if hasattr(x, "detach"):
         return x.detach().cpu().numpy()
     return x.numpy() if hasattr(x, "numpy") and not hasattr(x, "__array_interface__") else x
+
+
+def to_tvm(inputs) -> list:
+    """numpy arrays or torch tensors -> TVM CPU tensors (copied: TVM wants aligned, contiguous data)."""
+    import numpy as np
+    import tvm
+
+    dev = tvm.cpu()
+    return [tvm.runtime.tensor(np.ascontiguousarray(_to_numpy(x)), dev) for x in inputs]
 
 
 def _out_numpy(out):
@@ -315,7 +318,7 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
     dev = tvm.cpu()
     try:
         vm = relax.VirtualMachine(tvm.runtime.load_module(artifact), dev)  # check the saved artifact
-        got = _out_numpy(vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(x), dev) for x in imported.inputs]))
+        got = _out_numpy(vm["main"](*to_tvm(imported.inputs)))
     except Exception as err:
         if interrupted():
             raise

@@ -139,11 +139,12 @@ def _geo(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
-def measured(bundle: str | Path, results: str | Path) -> tuple[dict[str, dict[str, list[float | None]]], dict[str, float]]:
-    """Per task: each proposer's medians in proposal order (None: refused or wrong), and dlight's."""
-    from tlm.measure.cuda_measure import read_lines, read_manifest
+def measured(bundle: str | Path, results: str | Path, manifest: dict[str, Any]
+             ) -> tuple[dict[str, dict[str, list[float | None]]], dict[str, float]]:
+    """Per task: each proposer's medians in proposal order (None: refused or wrong), and dlight's
+    (`manifest`: the bundle's)."""
+    from tlm.measure.cuda_measure import read_lines
 
-    manifest = read_manifest(bundle)
     path = Path(results) / f"{Path(bundle).name}-results.jsonl"
     rows = read_lines(path if path.exists() else Path(results) / "results.jsonl")
     med = {(r["t"], r["k"]): statistics.median(r["lat"]) for r in rows if r.get("lat") and not r.get("err")}
@@ -211,19 +212,16 @@ def heldout_report(bundle: str | Path, results: str | Path, random_bundle: str |
     `tlm@0+cm`, the cost model's pick of the model's proposals."""
     from tlm.measure.cuda_measure import read_manifest
 
-    props, ref = measured(bundle, results)
+    manifests = {b: read_manifest(b) for b in (random_bundle, bundle)}
+    props, ref = measured(bundle, results, manifests[bundle])
     most = max((len(v.get("tlm", [])) for v in props.values()), default=0)
     ks = tuple(k for k in KS if k <= max(1, most))  # no TLM@32 column from 10 proposals a task
-    rand, ref2 = measured(random_bundle, random_results)
+    rand, ref2 = measured(random_bundle, random_results, manifests[random_bundle])
     info = json.loads((Path(proposals) / "tasks.json").read_text())
-    device = {}
-    for folder, b in ((results, bundle),):
-        path = Path(folder) / f"{Path(b).name}-summary.json"
-        if path.exists():
-            device = json.loads(path.read_text()).get("device", {})
+    summary = Path(results) / f"{Path(bundle).name}-summary.json"
+    device = json.loads(summary.read_text()).get("device", {}) if summary.exists() else {}
     # a task without proposals is in the random bundle only (its dlight timing there)
-    names = {e["hash"]: (e["name"], e["kind"], e["flops"])
-             for b in (random_bundle, bundle) for e in read_manifest(b)["tasks"]}
+    names = {e["hash"]: (e["name"], e["kind"], e["flops"]) for m in manifests.values() for e in m["tasks"]}
     rows, charged = [], {}
     for h, (name, kind, flops) in names.items():
         dl = ref.get(h, ref2.get(h))

@@ -115,9 +115,11 @@ def clip_as_minmax(mod):
     return _rewrite_calls(mod, "relax.clip", rewrite)
 
 
-def _static_shape(expr) -> list[int] | None:
+def static_shape(expr) -> tuple | None:
+    """An expression's shape as ints, or None when unknown or symbolic (also tlm.graph.passes, .widths)."""
+    shape = getattr(expr.ty, "shape", None)
     try:
-        return [int(v) for v in expr.ty.shape.values]
+        return tuple(int(v) for v in shape.values)
     except (AttributeError, TypeError):  # unknown or symbolic shape
         return None
 
@@ -130,7 +132,7 @@ def normalize_axes(mod):
 
     def squeeze(mutator, call):
         x, axis = call.args[0], call.attrs.axis
-        shape = _static_shape(x)
+        shape = static_shape(x)
         if axis is None or shape is None:
             return call
         axes, n = [int(a) for a in axis], len(shape)

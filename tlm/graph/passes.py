@@ -28,6 +28,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+from tlm.graph.layout import static_shape
+
 def constants_last(mod):
     """Put the constant operand of commutative ops second: `b + x` -> `x + b`.
 
@@ -63,14 +65,6 @@ _BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "rel
            "relax.minimum")
 
 
-def _shape(expr) -> tuple | None:
-    shape = getattr(expr.ty, "shape", None)
-    try:
-        return tuple(int(v) for v in shape.values)
-    except (AttributeError, TypeError):  # unknown or symbolic shape
-        return None
-
-
 def sink_reshapes(mod):
     """Move elementwise ops before the reshapes they follow: `f(reshape(y))` -> `reshape(f(y))`.
 
@@ -96,7 +90,7 @@ def sink_reshapes(mod):
         def reshaped(self, expr):
             """(y, target shape) when `expr` is a variable bound to reshape(y, shape)."""
             bound = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
-            if is_op(bound, [reshape_op]) and _shape(bound.args[0]) is not None and _shape(expr) is not None:
+            if is_op(bound, [reshape_op]) and static_shape(bound.args[0]) is not None and static_shape(expr) is not None:
                 return bound.args[0], bound.args[1]
             return None
 
@@ -106,7 +100,7 @@ def sink_reshapes(mod):
             z' is z reshaped to y's shape when z has the output's shape (a residual add), else z
             without the leading dims the reshape changes, where z must broadcast (size 1); e.g.
             an attention mask [1, 1, S, S] against scores reshaped [H, S, S] -> [1, H, S, S]."""
-            ys, zs = _shape(y), _shape(z)
+            ys, zs = static_shape(y), static_shape(z)
             if ys is None or zs is None:
                 return None
             if zs == out:
@@ -123,7 +117,7 @@ def sink_reshapes(mod):
             call = super().visit_call_(call)
             if is_op(call, [reshape_op]) and (inner := self.reshaped(call.args[0])) is not None:
                 y = inner[0]  # reshape(reshape(y)): one reshape, or y itself
-                return y if _shape(y) == _shape(call) else relax.op.reshape(y, call.args[1])
+                return y if static_shape(y) == static_shape(call) else relax.op.reshape(y, call.args[1])
             if is_op(call, unary) and (r := self.reshaped(call.args[0])) is not None:
                 # the other arguments (clip's min and max) are scalars: they stay as they are
                 inner = self.builder_.emit(relax.Call(call.op, [r[0], *call.args[1:]], call.attrs, call.ty_args))
@@ -131,12 +125,12 @@ def sink_reshapes(mod):
             if is_op(call, binary) and len(call.args) == 2:
                 a, b = call.args
                 ra, rb = self.reshaped(a), self.reshaped(b)
-                out = _shape(call)
-                if ra and rb and _shape(ra[0]) == _shape(rb[0]) and _shape(a) == _shape(b):
+                out = static_shape(call)
+                if ra and rb and static_shape(ra[0]) == static_shape(rb[0]) and static_shape(a) == static_shape(b):
                     args, shape = [ra[0], rb[0]], ra[1]
-                elif ra and _shape(a) == out and (z := self.operand(ra[0], b, out)) is not None:
+                elif ra and static_shape(a) == out and (z := self.operand(ra[0], b, out)) is not None:
                     args, shape = [ra[0], z], ra[1]
-                elif rb and _shape(b) == out and (z := self.operand(rb[0], a, out)) is not None:
+                elif rb and static_shape(b) == out and (z := self.operand(rb[0], a, out)) is not None:
                     args, shape = [z, rb[0]], rb[1]
                 else:
                     return call

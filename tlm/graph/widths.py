@@ -64,13 +64,6 @@ def width_parts(n: int) -> tuple[tuple[int, int], ...] | None:
     return ((bulk, bulk), (tail, padded)) if bulk else ((tail, padded),)
 
 
-def _shape(expr) -> list[int] | None:
-    try:
-        return [int(v) for v in expr.ty.shape.values]
-    except (AttributeError, TypeError):  # unknown or symbolic shape
-        return None
-
-
 def _op(call) -> str:
     return str(getattr(call.op, "name", ""))
 
@@ -92,6 +85,8 @@ def _part_consts(value, parts, fill: float) -> list:
 def _rewriter():
     import tvm
     from tvm import relax
+
+    from tlm.graph.layout import static_shape
 
     Const = type(relax.const(0.0))
 
@@ -150,7 +145,7 @@ def _rewriter():
                 return [relax.Call(call.op, [v, *rest], call.attrs, call.ty_args) for v in vs], layout
             if op == "relax.reshape" and split[0] is not None:
                 vs, layout = split[0]
-                shape = _shape(call)
+                shape = static_shape(call)
                 if not shape or shape[-1] != sum(c for c, _ in layout):
                     return None
                 return [relax.op.reshape(v, [*shape[:-1], w]) for v, (_, w) in zip(vs, layout)], layout
@@ -204,11 +199,13 @@ def _has_candidate(func) -> bool:
     """Whether a function has a matmul of a width that `width_parts` splits."""
     from tvm import relax
 
+    from tlm.graph.layout import static_shape
+
     found = []
 
     def visit(e):
         if isinstance(e, relax.Call) and _op(e) == "relax.matmul":
-            shape = _shape(e)
+            shape = static_shape(e)
             if shape and width_parts(shape[-1]) is not None:
                 found.append(e)
 

@@ -96,14 +96,17 @@ def ingest_results(bundle: str | Path, results: str | Path, db_dir: str, corpus:
     digest = hashlib.sha256(text).hexdigest()[:16]
     lines = [r for r in read_lines(res_file) if r.get("k") != "ref"]
     out: list = []
+    prompts: dict[str, tuple[int, str]] = {}
     for r in lines:
         task = tasks.get(r["t"])
         sentence, proposer = sentences.get((r["t"], r["k"]), (None, None))
         if task is None or sentence is None:
             continue
         if card:  # the prompt names the card measured on (the decisions are the same programs)
-            old = prompt_tokens(task, built)
-            sentence = " ".join(prompt_tokens(task, measured) + sentence.split()[len(old):])
+            if r["t"] not in prompts:  # once per task: (words of the bundle's prompt, the card's prompt)
+                prompts[r["t"]] = (len(prompt_tokens(task, built)), " ".join(prompt_tokens(task, measured)))
+            n, prompt = prompts[r["t"]]
+            sentence = " ".join([prompt, *sentence.split()[n:]])
         cand = Candidate(task, proposer=proposer, sentence=sentence)
         out.append(MeasureResult(cand, None, [float(x) for x in r.get("lat") or []], r.get("err")))
     with open_db(db_dir) as db:

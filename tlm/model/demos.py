@@ -65,7 +65,11 @@ def trace_sentence(task, trace_json, target) -> str | None:
         samples = sum(inst[0].startswith("Sample") for inst in full)
         # MetaSchedule's search keeps its traces simplified: instructions whose results nothing
         # uses (a GetSBlock of the root block, say) are gone, the program is the same
-        for prefix in (full, plain_json(trace.simplified(remove_postproc=True).as_json())[0]):
+        def prefixes(full=full, trace=trace):  # the simplified trace only when the full one fails
+            yield full
+            yield plain_json(trace.simplified(remove_postproc=True).as_json())[0]
+
+        for prefix in prefixes():
             if insts[: len(prefix)] != prefix:
                 continue
             picks = []

@@ -25,15 +25,13 @@ def tune_context(task: Task, target, strategy: str | None = None, seed: int | No
     """MetaSchedule's TuneContext of a task: its design spaces, postprocessors, search strategy."""
     from tvm.s_tir import meta_schedule as ms
 
+    from tlm.space.design import space_generator
     from tlm.space.inline import space_mod
     from tlm.space.intrin import light_tensor_intrin
 
     light_tensor_intrin()
-    # the same spaces as tlm's own (tlm.space.design: on GPUs the SIMT rules, no tensor cores)
-    gen = (ms.space_generator.PostOrderApply(sch_rules="cuda", postprocs="cuda", mutator_probs="cuda")
-           if target.kind == "cuda" else "post-order-apply")
-    return ms.TuneContext(
-        mod=space_mod(task, target), target=target.tvm(), space_generator=gen,
+    return ms.TuneContext(  # the same spaces as tlm's own
+        mod=space_mod(task, target), target=target.tvm(), space_generator=space_generator(target),
         search_strategy=strategy, task_name=task.name, num_threads=max(1, target.cores if target.kind == "llvm" else (os.cpu_count() or 1)),
         rand_state=-1 if seed is None else int(seed) % (2**31 - 1),  # TVM takes an int64; task seeds are wider
     )

@@ -94,12 +94,7 @@ class TaskSpace:
         from tvm.s_tir import meta_schedule as ms
 
         self.task, self.target = task, target
-        if target.kind == "cuda":
-            # The tensor-core rules need the CUDA intrinsics (a 25 s import); plain CUDA rules
-            # give the SIMT spaces with thread binding.
-            gen = ms.space_generator.PostOrderApply(sch_rules="cuda", postprocs="cuda", mutator_probs="cuda")
-        else:
-            gen = "post-order-apply"
+        gen = space_generator(target)
         try:  # CPU spaces compute costly math that two blocks read once (tlm.space.inline)
             ctx = ms.TuneContext(mod=space_mod(task, target), target=target.tvm(), space_generator=gen, task_name=task.name, num_threads=1)
             spaces = ctx.generate_design_space()
@@ -126,6 +121,17 @@ class TaskSpace:
 
 
 _CACHE: dict[tuple[str, str], TaskSpace] = {}
+
+
+def space_generator(target: TargetInfo):
+    """MetaSchedule's space generator for a target, as tlm's spaces use it (and its baseline)."""
+    if target.kind != "cuda":
+        return "post-order-apply"
+    from tvm.s_tir import meta_schedule as ms
+
+    # The tensor-core rules need the CUDA intrinsics (a 25 s import); plain CUDA rules give the
+    # SIMT spaces with thread binding.
+    return ms.space_generator.PostOrderApply(sch_rules="cuda", postprocs="cuda", mutator_probs="cuda")
 
 
 def task_space(task: Task, target: TargetInfo | None = None) -> TaskSpace:
