@@ -1,9 +1,12 @@
 """Conv layout passes (tlm.graph.layout): zero pads fold into the convs after them, convs run in
 NHWC with ReLU6 carried through (no transpose pairs around activations), and compiled models
 built either way match PyTorch; models without a 2-D conv are left exactly as they were.
-Issue 48: a transposed conv between convs (a U-Net) stays in the layout it legalizes in, Swin
+Issue 48: a transposed conv between convs (a U-Net) becomes an NHWC conv (tlm.graph.deconv) or,
+left by that pass, stays in the layout it legalizes in; Swin
 (negative squeeze axes) converts, and a conversion that fails or would not legalize leaves the
 convs unconverted with one warning naming the operator."""
+
+import warnings
 
 import pytest
 import torch
@@ -85,11 +88,11 @@ class TinyUNet(torch.nn.Module):
     """3x3 convs, max pooling, a ConvTranspose2d(k=2, s=2) decoder and a `cat` skip connection:
     [1, 3, 16, 16] -> [1, 2, 16, 16]."""
 
-    def __init__(self, c=4):
+    def __init__(self, c=4, up_groups=1):
         super().__init__()
         conv = lambda i, o: torch.nn.Sequential(torch.nn.Conv2d(i, o, 3, padding=1), torch.nn.ReLU())  # noqa: E731
         self.enc1, self.enc2, self.dec = conv(3, c), conv(c, 2 * c), conv(2 * c, c)
-        self.up = torch.nn.ConvTranspose2d(2 * c, c, 2, stride=2)
+        self.up = torch.nn.ConvTranspose2d(2 * c, c, 2, stride=2, groups=up_groups)
         self.head = torch.nn.Conv2d(c, 2, 1)
 
     def forward(self, x):
@@ -129,16 +132,25 @@ def _layouts_of(script: str, op: str) -> list[str]:
     return [line.split(f"{op}(", 1)[1] for line in script.splitlines() if f"{op}(" in line]
 
 
-def test_transposed_conv_between_convs_compiles_and_matches(tmp_path, host, capfd):
+@pytest.mark.parametrize("up_groups", [1, 2])
+def test_transposed_conv_between_convs_compiles_and_matches(up_groups, tmp_path, host, capfd):
+    """The transposed conv becomes a sub-pixel conv2d, NHWC like the others (tlm.graph.deconv);
+    one the rewrite leaves (groups 2) stays NCHW/IOHW, the only layout TOPI lowers it in."""
     from tlm.graph.importer import import_torch
 
     torch.manual_seed(0)
-    imported = import_torch(TinyUNet().eval(), (torch.randn(1, 3, 16, 16),))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        imported = import_torch(TinyUNet(up_groups=up_groups).eval(), (torch.randn(1, 3, 16, 16),))
     script = _script(imported)
     convs, transposed = _layouts_of(script, "R.nn.conv2d"), _layouts_of(script, "R.nn.conv2d_transpose")
-    assert len(convs) == 4 and all('data_layout="NHWC"' in c for c in convs), convs
-    # TOPI lowers a transposed conv only as NCHW data, IOHW kernel: it stays there.
-    assert len(transposed) == 1 and 'data_layout="NCHW", kernel_layout="IOHW"' in transposed[0], transposed
+    assert len(convs) == 4 + (up_groups == 1) and all('data_layout="NHWC"' in c for c in convs), convs
+    said = [str(w.message) for w in caught if str(w.message).startswith("tlm:")]
+    if up_groups == 1:
+        assert not transposed and not said, said
+    else:
+        assert len(transposed) == 1 and 'data_layout="NCHW", kernel_layout="IOHW"' in transposed[0], transposed
+        assert len(said) == 1 and "groups > 1" in said[0], said  # the fallback is said, once
     assert _warnings(capfd) == []
     compiled = _compile_untuned(imported, tmp_path, host)
     assert compiled.matches, compiled.max_abs_diff
@@ -219,7 +231,7 @@ def test_an_op_that_would_not_legalize_leaves_convs_unconverted(capfd, monkeypat
     from tlm.graph.importer import import_torch
 
     monkeypatch.setattr(layout, "PINNED", {})  # the transposed conv would follow its input to NHWC
-    imported = import_torch(TinyUNet().eval(), (torch.randn(1, 3, 16, 16),))
+    imported = import_torch(TinyUNet(up_groups=2).eval(), (torch.randn(1, 3, 16, 16),))
     warned = _warnings(capfd)
     assert len(warned) == 1 and "relax.nn.conv2d_transpose" in warned[0] and "legalize" in warned[0], warned
     assert 'data_layout="NHWC"' not in _script(imported)

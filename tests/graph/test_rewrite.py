@@ -1,4 +1,4 @@
-"""fold_gelu: an ONNX export's exact-GELU chain becomes R.nn.gelu, as through torch.export."""
+"""Graph rewrites that give one model the same tasks from either door: fold_gelu (an ONNX export's exact-GELU chain becomes R.nn.gelu) and flatten_matmuls (N-D @ 2-D matmuls become 2-D)."""
 
 import numpy as np
 import pytest
@@ -56,3 +56,50 @@ def test_other_chains_are_left_alone():
 
     mod = _chain("other")
     tvm.ir.assert_structural_equal(fold_gelu(mod), mod)
+
+
+@pytest.mark.parametrize("shape", [(1, 64, 32), (1, 8, 8, 32), (2, 3, 4, 32)])
+def test_onnx_nd_linear_gives_the_pytorch_door_matmul_task(shape, tmp_path, host):
+    """A Linear on an N-D input: ONNX's MatMul keeps the leading axes, torch.export flattens them;
+    flatten_matmuls gives both doors the same matmul task, and the output is unchanged."""
+    import torch
+
+    from tlm.graph.extract import extract_from_relax
+    from tlm.graph.importer import import_onnx, import_torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.ReLU(), torch.nn.Linear(48, 16)).eval()
+    x = torch.randn(*shape)
+    path = str(tmp_path / "mlp.onnx")
+    torch.onnx.export(model, (x,), path, dynamo=False)
+    onnx_mod = import_onnx(path).mod
+    mm = lambda ts: {t.hash for t in ts if t.kind == "matmul"}  # noqa: E731
+    from_torch = extract_from_relax(import_torch(model, (x,)).mod, host)
+    from_onnx = extract_from_relax(onnx_mod, host)
+    assert len(mm(from_torch)) == 2 and mm(from_torch) == mm(from_onnx)
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(tvm.compile(onnx_mod, target="llvm"), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x.numpy())).numpy()
+    np.testing.assert_allclose(got, model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_matmuls_already_2d_or_batched_are_left_alone():
+    import tvm
+    from tvm import relax
+
+    from tlm.graph.rewrite import flatten_matmuls
+
+    bb = relax.BlockBuilder()
+    a = relax.Var("a", relax.TensorType((8, 16), "float32"))
+    b = relax.Var("b", relax.TensorType((2, 16, 4), "float32"))
+    w = relax.Var("w", relax.TensorType((16, 4), "float32"))
+    with bb.function("main", [a, b, w]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.matmul(a, w))
+            z = bb.emit(relax.op.matmul(bb.emit(relax.op.reshape(y, (2, 16, 1))), bb.emit(relax.op.reshape(b, (2, 1, 64)))))
+            out = bb.emit_output(z)
+        bb.emit_func_output(out)
+    mod = bb.get()
+    assert flatten_matmuls(mod) is mod

@@ -27,14 +27,15 @@ from tlm.graph.tasks import Task, task_from_mod
 # 2: fast float32 math in legalization, elementwise ops moved before reshapes (tlm.graph.passes).
 # 3: pre-packed (layout-free) weights of matmul tasks (tlm.graph.passes.layout_free).
 # 4: zero pads folded into convs, 2-D convs in NHWC (tlm.graph.layout).
-EXTRACT_VERSION = 4
+# 5: transposed 2-D convs as one sub-pixel conv2d + depth-to-space (tlm.graph.deconv).
+EXTRACT_VERSION = 5
 
 
 def code_digest() -> str:
     """Digest of the code that defines models and extraction: editing it invalidates the cache."""
     here = Path(__file__).parent
     files = [here / "importer.py", here / "passes.py", here / "layout.py", here / "widths.py", here / "rewrite.py",
-             here / "diagnose.py", here / "extract.py", here / "zoo.py", here / "tasks.py",
+             here / "deconv.py", here / "diagnose.py", here / "extract.py", here / "zoo.py", here / "tasks.py",
              *sorted((here / "models").glob("*.py"))]
     return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
 

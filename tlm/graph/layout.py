@@ -39,7 +39,7 @@ def _int_list(values) -> list[int]:
     return [int(v) for v in values]
 
 
-def _calls(func, op) -> bool:
+def calls_op(func, op) -> bool:
     """Whether a Relax function calls `op` anywhere."""
     from tvm import relax
 
@@ -64,7 +64,7 @@ def _rewrite_calls(mod, op_name: str, rewrite):
             return rewrite(self, call) if isinstance(call, relax.Call) and call.op.same_as(op) else call
 
     for gv, func in list(mod.functions.items()):
-        if isinstance(func, relax.Function) and _calls(func, op):
+        if isinstance(func, relax.Function) and calls_op(func, op):
             mod[gv] = Rewrite().visit_expr(func)
     return mod
 
@@ -192,7 +192,7 @@ def _legalizes(call) -> bool:
         with bb.function("main", params):
             out = bb.emit(relax.Call(call.op, args, call.attrs, call.ty_args))
             bb.emit_func_output(out)
-        return not _calls(relax.transform.LegalizeOps()(bb.get())["main"], call.op)
+        return not calls_op(relax.transform.LegalizeOps()(bb.get())["main"], call.op)
     except Exception:  # a call this probe cannot rebuild alone: left to the build to judge
         return True
 
@@ -215,7 +215,7 @@ def convert_conv_layout(mod, layout: str = CONV_LAYOUT):
     if layout not in LAYOUTS:
         raise TlmError(f"unknown conv layout {layout!r} (one of {', '.join(LAYOUTS)})")
     conv = tvm.ir.Op.get("relax.nn.conv2d")
-    if LAYOUTS[layout] is None or not any(isinstance(f, relax.Function) and _calls(f, conv)
+    if LAYOUTS[layout] is None or not any(isinstance(f, relax.Function) and calls_op(f, conv)
                                           for f in mod.functions.values()):
         return mod  # models without a 2-D conv keep their tasks (and hashes) as they are
     original = mod

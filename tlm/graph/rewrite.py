@@ -6,6 +6,12 @@ model has `R.nn.gelu`, which tlm's fast-math legalization computes with a polyno
 (tlm.graph.passes) where the ONNX chain calls the exact `erf`. `fold_gelu` turns the chain back
 into `R.nn.gelu` (in any operand order, `/ sqrt(2)` or `* 1/sqrt(2)`); anything else is left as
 it was.
+
+The same holds for matmuls: torch.export writes `Linear` on an N-D input as a 2-D matmul
+between reshapes ((1, 16, 16, 384) -> (256, 384) @ (384, 96)), while ONNX's MatMul keeps the
+leading axes ((1, 16, 16, 384) @ (384, 96)). The N-D form is a different task, which the model
+schedules badly (a ConvNeXt-style CNN's MLP ran 16-24x slower from the ONNX door at budget 0,
+issue 48 item 6). `flatten_matmuls` gives it the 2-D form of the PyTorch door.
 """
 
 from __future__ import annotations
@@ -65,6 +71,44 @@ def fold_gelu(mod):
         if isinstance(func, relax.Function):
             new = rewrite_call(pattern, rewriter, func)
             if not new.same_as(func):
+                out = out.clone() if out is mod else out
+                out[gv] = new
+    return out
+
+
+def flatten_matmuls(mod):
+    """`reshape(matmul(reshape(x, (M, K)), w), (..., N))` for every `matmul(x, w)` with an N-D
+    (N >= 3) `x` of static shape and a 2-D `w`: the form torch.export gives `Linear`."""
+    from tvm import relax
+
+    from tlm.graph.layout import static_shape
+
+    @relax.expr_functor.mutator
+    class Flatten(relax.PyExprMutator):
+        changed = False
+
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if str(getattr(call.op, "name", "")) != "relax.matmul":
+                return call
+            x, w = call.args
+            xs, ws = static_shape(x), static_shape(w)
+            if xs is None or ws is None or len(xs) < 3 or len(ws) != 2:
+                return call
+            rows = 1
+            for v in xs[:-1]:
+                rows *= v
+            self.changed = True
+            flat = self.builder_.emit(relax.op.reshape(x, (rows, xs[-1])))
+            out = self.builder_.emit(relax.op.matmul(flat, w, out_dtype=call.attrs.out_dtype))
+            return relax.op.reshape(out, (*xs[:-1], ws[1]))
+
+    out = mod
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            flatten = Flatten(mod)
+            new = flatten.visit_expr(func)
+            if flatten.changed:
                 out = out.clone() if out is mod else out
                 out[gv] = new
     return out
