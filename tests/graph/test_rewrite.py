@@ -103,3 +103,29 @@ def test_matmuls_already_2d_or_batched_are_left_alone():
         bb.emit_func_output(out)
     mod = bb.get()
     assert flatten_matmuls(mod) is mod
+
+
+@pytest.mark.parametrize("form", ["true_divide", "log_of_ratio", "int_times_float", "where_int_float"])
+def test_integer_arithmetic_takes_pytorchs_promoted_dtype(form):
+    """int64 / 4 is float32 in PyTorch; TVM's importer computed it in int64 (a silently wrong
+    output) and DeBERTa's `log(pos / mid)` on int64 failed to import (promote_torch_arithmetic)."""
+    import torch
+    import tvm
+    from tvm import relax
+
+    from tlm.graph.importer import import_torch
+
+    fns = {"true_divide": lambda x: x / 4, "log_of_ratio": lambda x: torch.log(x.abs() / 4 + 1),
+           "int_times_float": lambda x: x * 0.5 + 1, "where_int_float": lambda x: torch.where(x > 0, x, x * 0.25)}
+
+    class IntMath(torch.nn.Module):
+        def forward(self, x):
+            return fns[form](x)
+
+    x = torch.arange(-8, 8, dtype=torch.int64).reshape(1, 16)
+    mod = import_torch(IntMath(), (x,)).mod
+    want = IntMath()(x)
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x.numpy())).numpy()
+    assert str(got.dtype) == str(want.dtype).replace("torch.", "")
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-6, atol=1e-6)

@@ -63,6 +63,9 @@ def import_torch(module, example_inputs, source: str = "<module>", sink_reshapes
     except Exception as err:
         msg = first_line(err, last=False, limit=None)
         raise TlmError(f"import failed: the model does not export with torch.export: {msg}") from None
+    from tlm.graph.rewrite import promote_torch_arithmetic
+
+    promote_torch_arithmetic(exported)  # int64 / 4 is float32, as in PyTorch
     try:
         with quiet_stderr():
             mod = from_exported_program(exported, keep_params_as_input=False, unwrap_unit_return_tuple=True)

@@ -112,3 +112,50 @@ def flatten_matmuls(mod):
                 out = out.clone() if out is mod else out
                 out[gv] = new
     return out
+
+
+# Elementwise aten ops whose result takes PyTorch's promoted dtype (int64 / 4 is float32).
+_PROMOTING = frozenset({"add", "sub", "mul", "div", "true_divide", "pow", "rsub", "maximum", "minimum",
+                        "remainder", "fmod", "atan2", "hypot", "where", "clamp", "lerp"})
+
+
+def promote_torch_arithmetic(exported) -> int:
+    """Casts before the arithmetic of a torch.export graph whose tensor operands differ from
+    its result's dtype (PyTorch's type promotion); returns how many were inserted.
+
+    TVM's importer computes `aten.div` (and the other binary ops) in the dtype of their operands:
+    an int64 tensor divided by 4 came out int64 (`x / 4` truncated, where PyTorch gives float32),
+    silently, and `torch.log(pos / mid)` on int64 positions (DeBERTa's relative buckets) failed
+    to import. Each operand is cast to the dtype PyTorch computes the result in, as PyTorch does."""
+    import torch
+
+    graph = exported.graph_module.graph
+    count = 0
+    for node in list(graph.nodes):
+        schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+        out = node.meta.get("val")
+        if schema is None or schema.name.split("::")[-1] not in _PROMOTING or not isinstance(out, torch.Tensor):
+            continue
+        args = list(node.args)
+        for i, arg in enumerate(args):
+            val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+            if not isinstance(val, torch.Tensor) or val.dtype == out.dtype or val.dtype == torch.bool and i == 0 \
+                    and schema.name.endswith("where"):
+                continue
+            with graph.inserting_before(node):
+                cast = graph.call_function(torch.ops.aten._to_copy.default, (arg,), {"dtype": out.dtype})
+            with val.fake_mode if hasattr(val, "fake_mode") else _nullcontext():
+                cast.meta["val"] = val.to(out.dtype)
+            args[i] = cast
+            count += 1
+        node.args = tuple(args)
+    if count:
+        graph.lint()
+        exported.graph_module.recompile()
+    return count
+
+
+def _nullcontext():
+    import contextlib
+
+    return contextlib.nullcontext()

@@ -1,0 +1,263 @@
+"""The outside-zoo battery's models: architectures that are not in tlm's zoo (tlm/graph/zoo.py).
+
+Random weights only: Hugging Face models are built from their config objects (nothing is
+downloaded), the plain-PyTorch ones are in bench/outside_plain.py. Configurations are small so
+that each compiles quickly, but each keeps its architecture's characteristic operators. Every
+module's forward returns one float tensor; batch 1.
+
+    from outside_models import entries, get
+    module, inputs = get("swin_tiny").make()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+try:
+    import outside_plain as plain
+except ImportError:  # imported as bench.outside_models
+    from bench import outside_plain as plain
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str  # short, unique, [a-z0-9_]
+    family: str  # "vision", "audio", "text" or "plain"
+    description: str  # one line: what it is and its configuration
+    make: Callable[[], tuple]  # -> (torch.nn.Module in eval mode, tuple of example input tensors)
+
+
+class HFWrapper(torch.nn.Module):
+    """A Hugging Face model whose forward returns one tensor (`field` of its output). `causal_seq`:
+    passes an explicit additive 4-D causal mask (transformers' own causal-mask graph breaks LLVM
+    codegen) and, with `position_ids`, fixed position ids (OPT would derive them with cumsum)."""
+
+    def __init__(self, model, field: str, causal_seq: int = 0, position_ids: bool = False):
+        super().__init__()
+        self.model = model
+        self.field = field
+        mask = positions = None
+        if causal_seq:
+            mask = torch.full((causal_seq, causal_seq), torch.finfo(torch.float32).min)
+            mask = torch.triu(mask, diagonal=1)[None, None].contiguous()
+            if position_ids:
+                positions = torch.arange(causal_seq)[None]
+        self.register_buffer("mask", mask, persistent=False)
+        self.register_buffer("positions", positions, persistent=False)
+
+    def forward(self, x):
+        kwargs = {}
+        if self.mask is not None:
+            kwargs["attention_mask"] = self.mask
+        if self.positions is not None:
+            kwargs["position_ids"] = self.positions
+        return getattr(self.model(x, **kwargs), self.field)
+
+
+def _image(size: int):
+    return (torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(0)),)
+
+
+def _hf(cls_name: str, cfg_name: str, field: str, inputs: Callable[[], tuple], reset: bool = False,
+        causal_seq: int = 0, position_ids: bool = False, encoder: bool = False, **cfg):
+    """make() for a transformers model built from `cfg_name(**cfg)`. `reset`: PyTorch's default init
+    for Conv/Linear/BatchNorm, He init for Conv2d (HF's N(0, 0.02) makes deep CNN outputs vanish); `encoder`: the model's
+    encoder."""
+
+    def make():
+        import transformers
+
+        torch.manual_seed(0)
+        config = getattr(transformers, cfg_name)(attn_implementation="eager", **cfg)
+        model = getattr(transformers, cls_name)(config)
+        if encoder:
+            model = model.get_encoder()
+        if reset:
+            for module in model.modules():
+                if isinstance(module, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Linear, torch.nn.BatchNorm2d)):
+                    module.reset_parameters()
+                if isinstance(module, torch.nn.Conv2d):  # He init: activations neither vanish nor explode
+                    torch.nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
+        return HFWrapper(model, field, causal_seq, position_ids).eval(), inputs()
+
+    return make
+
+
+def _vision(cls_name: str, cfg_name: str, size: int, field: str = "last_hidden_state", **cfg):
+    return _hf(cls_name, cfg_name, field, lambda: _image(size), **cfg)
+
+
+def _audio(cls_name: str, cfg_name: str, shape: tuple, **cfg):
+    inputs = lambda: (torch.randn(*shape, generator=torch.Generator().manual_seed(0)),)  # noqa: E731
+    return _hf(cls_name, cfg_name, "last_hidden_state", inputs, **cfg)
+
+
+def _text(cls_name: str, cfg_name: str, seq: int, vocab: int = 1000, causal: bool = False, **cfg):
+    # ids from 4 up, clear of the special tokens (pad is 0 or 1)
+    inputs = lambda: (torch.randint(4, vocab, (1, seq), generator=torch.Generator().manual_seed(0)),)  # noqa: E731
+    return _hf(cls_name, cfg_name, "last_hidden_state", inputs, causal_seq=seq if causal else 0,
+               vocab_size=vocab, use_cache=False, **cfg)
+
+
+def _plain(cls, *shape, ids: int = 0, **kw):
+    def make():
+        torch.manual_seed(0)
+        model = cls(**kw).eval()
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randint(0, ids, shape, generator=gen) if ids else torch.randn(*shape, generator=gen)
+        return model, (x,)
+
+    return make
+
+
+_W2V_CONV = dict(conv_dim=(32,) * 7, conv_stride=(5, 2, 2, 2, 2, 2, 2), conv_kernel=(10, 3, 3, 3, 3, 2, 2),
+                 num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4)
+_AUDIO_TF = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128)
+
+_ENTRIES = [
+    # ------------------------------------------------------------------ vision (transformers)
+    Entry("vit_p8", "vision", "transformers ViTModel, 64x64, patch 8, hidden 96, 2 layers, 3 heads, mlp 192",
+          _vision("ViTModel", "ViTConfig", 64, image_size=64, patch_size=8, hidden_size=96, num_hidden_layers=2,
+                  num_attention_heads=3, intermediate_size=192)),
+    Entry("deit", "vision", "transformers DeiTModel (cls + distillation tokens), 64x64, patch 8, hidden 64, "
+          "2 layers, 2 heads, mlp 256",
+          _vision("DeiTModel", "DeiTConfig", 64, image_size=64, patch_size=8, hidden_size=64, num_hidden_layers=2,
+                  num_attention_heads=2, intermediate_size=256)),
+    Entry("swin_tiny", "vision", "transformers SwinModel, 64x64, patch 4, embed 48, depths [2,2], heads [3,6], "
+          "window 4",
+          _vision("SwinModel", "SwinConfig", 64, image_size=64, patch_size=4, embed_dim=48, depths=[2, 2],
+                  num_heads=[3, 6], window_size=4)),
+    Entry("convnext", "vision", "transformers ConvNextModel, 64x64, hidden [32,64,128], depths [1,1,2], "
+          "layer scale 0.5",
+          _vision("ConvNextModel", "ConvNextConfig", 64, image_size=64, num_stages=3, hidden_sizes=[32, 64, 128],
+                  depths=[1, 1, 2], layer_scale_init_value=0.5, reset=True)),
+    Entry("segformer", "vision", "transformers SegformerForSemanticSegmentation, 64x64, hidden [16,32,64,128], "
+          "depths [1,1,1,1], decoder 64, 8 labels (logits at 16x16)",
+          _vision("SegformerForSemanticSegmentation", "SegformerConfig", 64, field="logits", image_size=64,
+                  hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_attention_heads=[1, 2, 4, 8],
+                  decoder_hidden_size=64, num_labels=8, reset=True)),
+    Entry("poolformer", "vision", "transformers PoolFormerModel, 64x64, hidden [32,64,96,128], depths [1,1,2,1], "
+          "layer scale 0.5",
+          _vision("PoolFormerModel", "PoolFormerConfig", 64, image_size=64, hidden_sizes=[32, 64, 96, 128],
+                  depths=[1, 1, 2, 1], layer_scale_init_value=0.5, reset=True)),
+    Entry("mobilevit", "vision", "transformers MobileViTModel, 64x64, hidden [48,64,80], "
+          "neck [16,16,24,48,64,80,320], expand 2, 2 heads",
+          _vision("MobileViTModel", "MobileViTConfig", 64, image_size=64, hidden_sizes=[48, 64, 80],
+                  neck_hidden_sizes=[16, 16, 24, 48, 64, 80, 320], expand_ratio=2.0, num_attention_heads=2,
+                  reset=True)),
+    Entry("dinov2", "vision", "transformers Dinov2Model, 56x56, patch 8, hidden 64, 2 layers, 2 heads, "
+          "mlp ratio 2, layer scale",
+          _vision("Dinov2Model", "Dinov2Config", 56, image_size=56, patch_size=8, hidden_size=64,
+                  num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2)),
+    Entry("resnet_odd", "vision", "transformers ResNetModel, 80x80, bottleneck, embedding 24, hidden [48,96,160], "
+          "depths [1,2,1]",
+          _vision("ResNetModel", "ResNetConfig", 80, layer_type="bottleneck", embedding_size=24,
+                  hidden_sizes=[48, 96, 160], depths=[1, 2, 1], reset=True)),
+    Entry("regnet_y", "vision", "transformers RegNetModel, 64x64, RegNetY (squeeze-excite), embedding 16, "
+          "hidden [24,48,96,192], depths [1,1,2,1], group width 8",
+          _vision("RegNetModel", "RegNetConfig", 64, layer_type="y", embedding_size=16,
+                  hidden_sizes=[24, 48, 96, 192], depths=[1, 1, 2, 1], groups_width=8, reset=True)),
+    # ------------------------------------------------------------------- audio (transformers)
+    Entry("wav2vec2", "audio", "transformers Wav2Vec2Model, 0.5 s at 16 kHz, 7 conv1d layers (dim 32, group norm), "
+          "conv pos-embedding, hidden 64, 2 layers",
+          _audio("Wav2Vec2Model", "Wav2Vec2Config", (1, 8000), **_W2V_CONV, **_AUDIO_TF)),
+    Entry("hubert", "audio", "transformers HubertModel, 0.5 s at 16 kHz, conv1d layer-norm features, stable "
+          "layer norm, hidden 64, 2 layers",
+          _audio("HubertModel", "HubertConfig", (1, 8000), feat_extract_norm="layer", do_stable_layer_norm=True,
+                 conv_bias=True, **_W2V_CONV, **_AUDIO_TF)),
+    Entry("whisper_enc", "audio", "transformers WhisperModel encoder, 40 mel bins x 100 frames (1 s), d_model 64, "
+          "2 layers, 2 heads, ffn 128",
+          _audio("WhisperModel", "WhisperConfig", (1, 40, 100), encoder=True, num_mel_bins=40,
+                 max_source_positions=50, d_model=64, encoder_layers=2, encoder_attention_heads=2,
+                 encoder_ffn_dim=128, decoder_layers=1, decoder_attention_heads=2, decoder_ffn_dim=128)),
+    Entry("ast", "audio", "transformers ASTModel (audio spectrogram transformer), 100 frames x 64 mel bins, "
+          "patch 16, strides 10, hidden 64, 2 layers",
+          _audio("ASTModel", "ASTConfig", (1, 100, 64), max_length=100, num_mel_bins=64, patch_size=16,
+                 frequency_stride=10, time_stride=10, **_AUDIO_TF)),
+    Entry("data2vec_audio", "audio", "transformers Data2VecAudioModel, 0.5 s at 16 kHz, conv1d features, "
+          "5-layer conv pos-embedding, hidden 64, 2 layers",
+          _audio("Data2VecAudioModel", "Data2VecAudioConfig", (1, 8000), conv_dim=(32,) * 7,
+                 conv_stride=(5, 2, 2, 2, 2, 2, 2), conv_kernel=(10, 3, 3, 3, 3, 2, 2), num_conv_pos_embeddings=5,
+                 num_conv_pos_embedding_groups=4, num_conv_pos_embedding_layers=5, **_AUDIO_TF)),
+    # -------------------------------------------------------------------- text (transformers)
+    Entry("distilbert", "text", "transformers DistilBertModel, 32 tokens, dim 64, 2 layers, 2 heads, ffn 256",
+          _text("DistilBertModel", "DistilBertConfig", 32, dim=64, n_layers=2, n_heads=2, hidden_dim=256)),
+    Entry("roberta", "text", "transformers RobertaModel, 48 tokens, hidden 96, 2 layers, 3 heads, ffn 192 "
+          "(position ids from the padding mask)",
+          _text("RobertaModel", "RobertaConfig", 48, hidden_size=96, num_hidden_layers=2, num_attention_heads=3,
+                intermediate_size=192, max_position_embeddings=130)),
+    Entry("albert", "text", "transformers AlbertModel, 64 tokens, embedding 32, hidden 64, 2 layers (shared), "
+          "2 heads, ffn 128",
+          _text("AlbertModel", "AlbertConfig", 64, embedding_size=32, hidden_size=64, num_hidden_layers=2,
+                num_attention_heads=2, intermediate_size=128)),
+    Entry("electra", "text", "transformers ElectraModel, 40 tokens, embedding 48, hidden 96, 2 layers, 3 heads, "
+          "ffn 256",
+          _text("ElectraModel", "ElectraConfig", 40, embedding_size=48, hidden_size=96, num_hidden_layers=2,
+                num_attention_heads=3, intermediate_size=256)),
+    Entry("t5_enc", "text", "transformers T5EncoderModel, 32 tokens, d_model 64, d_kv 16, 4 heads, ffn 128, "
+          "2 layers, relative position buckets",
+          _text("T5EncoderModel", "T5Config", 32, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4)),
+    Entry("gpt_neo", "text", "transformers GPTNeoModel (causal), 64 tokens, hidden 64, layers [global, local], "
+          "4 heads, window 16",
+          _text("GPTNeoModel", "GPTNeoConfig", 64, causal=True, hidden_size=64, num_layers=2,
+                attention_types=[[["global", "local"], 1]], num_heads=4, intermediate_size=128, window_size=16,
+                max_position_embeddings=128)),
+    Entry("opt", "text", "transformers OPTModel (causal), 48 tokens, hidden 64, 2 layers, 4 heads, ffn 128",
+          _text("OPTModel", "OPTConfig", 48, causal=True, position_ids=True, hidden_size=64, num_hidden_layers=2,
+                num_attention_heads=4, ffn_dim=128, word_embed_proj_dim=64, max_position_embeddings=128)),
+    Entry("qwen2", "text", "transformers Qwen2Model (causal, RoPE, GQA 6q/2kv, qkv bias), 45 tokens, hidden 96, "
+          "ffn 200, 2 layers",
+          _text("Qwen2Model", "Qwen2Config", 45, causal=True, hidden_size=96, intermediate_size=200,
+                num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=256)),
+    Entry("deberta_v2", "text", "transformers DebertaV2Model, 32 tokens, hidden 64, 2 layers, 2 heads, "
+          "disentangled attention (c2p, p2c), 16 position buckets",
+          _text("DebertaV2Model", "DebertaV2Config", 32, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                intermediate_size=128, relative_attention=True, pos_att_type=["p2c", "c2p"], position_buckets=16,
+                max_relative_positions=64)),
+    Entry("mpnet", "text", "transformers MPNetModel, 24 tokens, hidden 64, 2 layers, 2 heads, ffn 128, "
+          "relative position bias",
+          _text("MPNetModel", "MPNetConfig", 24, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                intermediate_size=128)),
+    # ---------------------------------------------------------------------- plain PyTorch
+    Entry("unet", "plain", "U-Net, 64x64, 2 levels (16/32/64 ch), 3x3 conv+BN+ReLU, max pool, ConvTranspose2d "
+          "k2 s2, cat skips", _plain(plain.UNet, 1, 3, 64, 64)),
+    Entry("convnext_cnn", "plain", "ConvNeXt-style CNN, 64x64, dims [32,64,96], depths [1,2,1], depthwise 7x7, "
+          "NHWC LayerNorm, GELU MLP", _plain(plain.ConvNeXtCNN, 1, 3, 64, 64)),
+    Entry("conv1d_audio", "plain", "conv1d audio encoder, 0.5 s at 16 kHz, 5 strided Conv1d + GELU, then a "
+          "TransformerEncoderLayer (d 64)", _plain(plain.Conv1dAudioEncoder, 1, 8000)),
+    Entry("mlp_mixer", "plain", "MLP-Mixer, 64x64, patch 8 (64 tokens), dim 96, 2 blocks",
+          _plain(plain.MLPMixer, 1, 3, 64, 64)),
+    Entry("gn_decoder", "plain", "GroupNorm + SiLU conv decoder, latent 64x8x8 -> 3x32x32, nearest x2 then "
+          "bilinear x2 upsampling", _plain(plain.GroupNormDecoder, 1, 64, 8, 8)),
+    Entry("transformer_enc", "plain", "torch.nn.TransformerEncoder, 2 layers, d_model 96, 4 heads, ffn 192, "
+          "batch_first, 50 tokens", _plain(plain.PlainTransformer, 1, 50, 96)),
+    Entry("prime_mlp", "plain", "Linear(512, 1031) + ReLU on (1, 64, 512): a prime output width",
+          _plain(plain.PrimeMLP, 1, 64, 512)),
+    Entry("densenet_block", "plain", "DenseNet-like, 64x64, 2 dense blocks of 4 layers (growth 12, "
+          "BN-ReLU-1x1-3x3, cat) + transition", _plain(plain.DenseNetSmall, 1, 3, 64, 64)),
+    Entry("mobilenet_se", "plain", "MobileNet-like, 64x64, inverted residuals: depthwise 3x3, SiLU, squeeze-excite",
+          _plain(plain.MobileNetSE, 1, 3, 64, 64)),
+    Entry("lstm", "plain", "nn.LSTM, 2 layers, hidden 96, on (1, 32, 48) features + Linear",
+          _plain(plain.LSTMTagger, 1, 32, 48)),
+    Entry("embedding_bag", "plain", "nn.Embedding + nn.EmbeddingBag (mean, bags of 8) on 64 token ids + Linear",
+          _plain(plain.EmbeddingBagModel, 1, 64, ids=1000)),
+    Entry("tcn", "plain", "temporal conv net, (1, 16, 256), causal dilated Conv1d residual blocks, dilations "
+          "1/2/4/8", _plain(plain.TCN, 1, 16, 256)),
+]
+_BY_NAME = {e.name: e for e in _ENTRIES}
+assert len(_BY_NAME) == len(_ENTRIES)
+
+
+def entries() -> list[Entry]:
+    """Every model of the battery, in a stable order (vision, audio, text, plain)."""
+    return list(_ENTRIES)
+
+
+def get(name: str) -> Entry:
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown outside-zoo model {name!r}; known: {', '.join(_BY_NAME)}") from None
