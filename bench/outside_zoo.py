@@ -6,9 +6,11 @@ PyTorch eager and ONNX Runtime in one interleaved run.
     python bench/outside_zoo.py --budget 0 --models unet,swin_tiny
     python bench/outside_zoo.py --report              # only rewrite the results file
 
-Each (model, budget) cell runs in its own process with a time limit and is written to
-`--run/CELL.json` when it ends, so a killed battery resumes where it stopped (`--redo` runs cells
-again). A cell ends as `ok` (output matches), `mismatch` (the worst outcome: wrong output),
+Each (model, budget) cell compiles and checks in its own process with a time limit and is
+written to `--run/CELL.json` when it ends, so a killed battery resumes where it stopped (`--redo`
+runs cells again). Then, per model, one process times every budget's library, PyTorch eager and
+ONNX Runtime in one interleaved run (`--no-time` skips this step, `--time-only` runs only it,
+for a quiet host; the host's load average is recorded with the figures). A cell ends as `ok` (output matches), `mismatch` (the worst outcome: wrong output),
 `refused` (a one-line `TlmError`, the operator named), `crash` (any other exception: a bug, the
 traceback's last lines kept), `timeout`, or for `onnx0` (budget 0 from the model's ONNX export,
 the other door) `no-onnx` when PyTorch cannot export it. The models are in bench/outside_models.py.
@@ -42,13 +44,13 @@ def _commit() -> str:
 
 # ---------------------------------------------------------------------- one cell (child process)
 def run_cell(name: str, budget: str, db: str, rounds: int) -> dict:
-    """Compile one model at one budget, check it, time it against PyTorch and ONNX Runtime."""
+    """Compile one model at one budget and check its output (the library is kept for `time_model`)."""
     import warnings
 
     import torch
 
     from outside_models import get
-    from tlm.compiler.build import CompileConfig, median_ms, onnxruntime_runner, to_tvm
+    from tlm.compiler.build import CompileConfig
     from tlm.compiler.job import tune_and_compile
     from tlm.errors import TlmError
     from tlm.graph.extract import load
@@ -56,10 +58,13 @@ def run_cell(name: str, budget: str, db: str, rounds: int) -> dict:
 
     info = resolve_target(None)
     entry = get(name)
-    cell = {"model": name, "family": entry.family, "budget": budget, "hardware": info.key,
+    cpu = " ".join(open("/proc/cpuinfo").read().split("model name")[1].split(":", 1)[1].split("\n")[0].split()) \
+        if os.path.exists("/proc/cpuinfo") else "unknown CPU"
+    cell = {"model": name, "family": entry.family, "budget": budget, "hardware": f"{info.cpu} ({cpu}, {info.cores} cores)",
             "commit": _commit(), "date": time.strftime("%Y-%m-%d"), "threads": info.cores}
     module, inputs = entry.make()
     source = module
+    artifact = os.path.abspath(db + ".so")
     if budget.startswith("onnx"):  # the ONNX door: the model's ONNX export, compiled from the file
         budget_value = budget[len("onnx"):]
         source = os.path.join(db + "-onnx", "model.onnx")
@@ -81,7 +86,7 @@ def run_cell(name: str, budget: str, db: str, rounds: int) -> dict:
             imported, tasks = load(source, None if budget.startswith("onnx") else inputs, info)
             compiled = tune_and_compile(imported, tasks, info, db=db,
                                         budget=int(budget_value) if budget_value.isdigit() else budget_value,
-                                        config=CompileConfig(compare=False))
+                                        config=CompileConfig(compare=False), output=artifact)
     except TlmError as err:
         lines = str(err).strip().splitlines() or [""]
         cell.update(status="refused", error=lines[0], error_lines=len(lines),
@@ -96,29 +101,54 @@ def run_cell(name: str, budget: str, db: str, rounds: int) -> dict:
                 tuned=compiled.tuned_tasks, greedy=compiled.greedy_tasks, untuned=len(compiled.untuned_tasks),
                 measurements=compiled.measurements, max_abs_diff=compiled.max_abs_diff,
                 tolerance=compiled.tolerance, warnings=sorted({str(w.message).splitlines()[0][:200] for w in caught}),
-                status="ok" if compiled.matches else "mismatch")
-    # One interleaved run: each round times tlm, PyTorch and ONNX Runtime back to back.
+                status="ok" if compiled.matches else "mismatch", artifact=artifact)
+    return cell
+
+
+def time_model(name: str, cells: dict[str, dict], rounds: int) -> dict:
+    """One interleaved run for a model: each round times every budget's compiled library,
+    PyTorch eager and ONNX Runtime back to back, on the same inputs and threads."""
+    import tempfile
+
+    import numpy as np
+    import torch
+    import tvm
+    from tvm import relax
+
+    from outside_models import get
+    from tlm.compiler.build import median_ms, to_tvm
+    from tlm.graph.target import resolve_target
+
+    info = resolve_target(None)
     torch.set_num_threads(info.cores)
-    args = to_tvm(imported.inputs)
-    main = compiled.vm["main"]
-    runners = {"tlm": lambda: main(*args)}
+    module, inputs = get(name).make()
+    args = to_tvm(inputs)
+    runners, out = {}, {"onnxruntime_note": None}
+    for budget, cell in cells.items():
+        vm = relax.VirtualMachine(tvm.runtime.load_module(cell["artifact"]), tvm.cpu())
+        runners[budget] = lambda f=vm["main"]: f(*args)
     with torch.no_grad():
         runners["pytorch"] = lambda: module(*inputs)
         try:
-            ort, note = onnxruntime_runner(imported, info.cores)
+            import onnxruntime as ort
+
+            path = os.path.join(tempfile.mkdtemp(prefix="tlm-oz-"), "model.onnx")
+            torch.onnx.export(module, inputs, path, dynamo=False, opset_version=17)
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads, opts.inter_op_num_threads = info.cores, 1
+            sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+            feed = {i.name: np.ascontiguousarray(x.numpy()) for i, x in zip(sess.get_inputs(), inputs)}
+            runners["onnxruntime"] = lambda: sess.run(None, feed)
         except Exception as err:  # noqa: BLE001 - a comparison that cannot run is reported
-            ort, note = None, f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200] if str(err).strip() else ''}"
-        if ort is not None:
-            runners["onnxruntime"] = ort
-        cell["onnxruntime_note"] = note
+            out["onnxruntime_note"] = f"{type(err).__name__}: " + (str(err).strip().splitlines() or [""])[0][:200]
         times: dict[str, list[float]] = {k: [] for k in runners}
         for _ in range(rounds):
             for key, fn in runners.items():
                 times[key].append(median_ms(fn, repeat=3, min_repeat_ms=50))
     for key, values in times.items():
-        cell[f"{key}_ms"] = round(statistics.median(values), 4)
-    cell["rounds"] = rounds
-    return cell
+        out[f"{key}_ms"] = round(statistics.median(values), 4)
+    out.update(rounds=rounds, load=round(os.getloadavg()[0], 2), timed=time.strftime("%Y-%m-%d %H:%M"))
+    return out
 
 
 # ---------------------------------------------------------------------- the results file
@@ -128,6 +158,10 @@ def _geomean(values: list[float]) -> float | None:
 
 def _ms(value) -> str:
     return "-" if value is None else (f"{value:.3g}" if value < 100 else f"{value:.0f}")
+
+
+def cells_cores(cells: dict) -> str:
+    return ", ".join(sorted({str(c["threads"]) for c in cells.values() if c.get("threads")})) or "?"
 
 
 def _ok(cell: dict | None) -> bool:
@@ -186,7 +220,10 @@ def write_report(run: Path, names: list[str], stem: Path) -> None:
         if _ok(zero) and _ok(door):
             doors.append((door["tlm_ms"] / door["pytorch_ms"]) / (zero["tlm_ms"] / zero["pytorch_ms"]))
     run_names = [n for n in names if any((n, b) in cells for b in budgets)]
-    lines += ["", "Time ratios are TLM / PyTorch eager from the same cell's interleaved run (below 1: tlm faster).", ""]
+    loads = [c["load"] for c in cells.values() if c.get("load") is not None]
+    lines += ["", "Time ratios are TLM / PyTorch eager from the same cell's interleaved run (below 1: tlm faster)."
+              + (f" Host load average during the timings: {min(loads):.1f}-{max(loads):.1f} on {cells_cores(cells)} cores"
+                 "." if loads else ""), ""]
     for b in budgets:
         done = [n for n in run_names if (n, b) in cells]
         ok = sum(1 for n in done if cells[(n, b)]["status"] == "ok")
@@ -235,6 +272,37 @@ def run_battery(names: list[str], budgets: list[str], run: Path, timeout: int, r
             print(f"    {cell['status']}: {cell.get('error') or _summary(cell)}", flush=True)
 
 
+def time_battery(names: list[str], run: Path, timeout: int, rounds: int, retime: bool) -> None:
+    """The timing step: per model whose compiled cells lack timings (all with `retime`), one
+    child process runs `time_model` and writes the figures into those cells."""
+    for name in names:
+        paths = sorted(run.glob(f"{name}@*.json"))
+        cells = {p: json.loads(p.read_text()) for p in paths}
+        ok = {p: c for p, c in cells.items() if c["status"] == "ok" and os.path.exists(c.get("artifact", ""))}
+        if not ok or (not retime and all("tlm_ms" in c for c in ok.values())):
+            continue
+        print(f"[{time.strftime('%H:%M:%S')}] timing {name} ({', '.join(c['budget'] for c in ok.values())})", flush=True)
+        out = run / f"{name}.timing.tmp"
+        cmd = [sys.executable, __file__, "--time-model", name, "--rounds", str(rounds), "--out", str(out),
+               "--run", str(run)]
+        try:
+            proc = subprocess.run(cmd, timeout=timeout, capture_output=True, text=True, start_new_session=True)
+        except subprocess.TimeoutExpired:
+            print(f"    timing over {timeout} s", flush=True)
+            continue
+        if not out.exists():
+            print("    timing failed: " + " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])[-300:], flush=True)
+            continue
+        times = json.loads(out.read_text())
+        out.unlink()
+        for path, cell in ok.items():
+            cell.update({k: v for k, v in times.items() if not k.endswith("_ms")})
+            cell.update(tlm_ms=times.get(f"{cell['budget']}_ms"), pytorch_ms=times.get("pytorch_ms"),
+                        onnxruntime_ms=times.get("onnxruntime_ms"))
+            _write(path, cell)
+        print(f"    {_summary(next(iter(ok.values())))}", flush=True)
+
+
 def _write(path: Path, cell: dict) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(cell, indent=1))
@@ -242,10 +310,12 @@ def _write(path: Path, cell: dict) -> None:
 
 
 def _summary(cell: dict) -> str:
-    parts = [f"{cell.get('tasks')} tasks", f"tlm {cell.get('tlm_ms')} ms", f"pytorch {cell.get('pytorch_ms')} ms"]
+    if "tlm_ms" not in cell:
+        return f"{cell.get('tasks')} tasks, compiled in {cell.get('compile_s')} s, max abs diff {cell.get('max_abs_diff'):.2g}"
+    parts = [f"tlm {cell.get('tlm_ms')} ms", f"pytorch {cell.get('pytorch_ms')} ms"]
     if cell.get("onnxruntime_ms"):
         parts.append(f"ort {cell['onnxruntime_ms']} ms")
-    return ", ".join(parts)
+    return ", ".join(parts) + f" (load {cell.get('load')})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,13 +330,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     p.add_argument("--redo", action="store_true", help="run cells again that have a result")
     p.add_argument("--report", action="store_true", help="only write the results file")
+    p.add_argument("--no-time", action="store_true", help="compile and check only (time later)")
+    p.add_argument("--time-only", action="store_true", help="only time compiled cells that lack timings")
+    p.add_argument("--retime", action="store_true", help="time every compiled cell again")
     p.add_argument("--cell", help=argparse.SUPPRESS)
+    p.add_argument("--time-model", help=argparse.SUPPRESS)
     p.add_argument("--db", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     budgets = args.budget or ["0", "10g", "onnx0"]
     if args.cell:
         _write(Path(args.out), run_cell(args.cell, budgets[0], args.db, args.rounds))
+        return 0
+    if args.time_model:
+        cells = [json.loads(p.read_text()) for p in sorted(Path(args.run).glob(f"{args.time_model}@*.json"))]
+        ok = {c["budget"]: c for c in cells if c["status"] == "ok" and os.path.exists(c.get("artifact", ""))}
+        _write(Path(args.out), time_model(args.time_model, ok, args.rounds))
         return 0
     from tlm.graph.target import resolve_target
 
@@ -276,8 +355,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"outside_zoo: unknown model(s) {', '.join(unknown)}; known: {', '.join(known)}", file=sys.stderr)
         return 2
     run = Path(args.run) if args.run else ROOT / "work" / "outside-zoo" / resolve_target(None).key
-    if not args.report:
+    if not args.report and not args.time_only:
         run_battery(names, budgets, run, args.timeout, args.rounds, args.redo)
+    if not args.report and not args.no_time:
+        time_battery(names, run, args.timeout, args.rounds, args.retime or args.redo)
     write_report(run, known, RESULTS / "outside-zoo")
     return 0
 

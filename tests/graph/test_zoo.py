@@ -40,6 +40,9 @@ def test_family_name_means_the_test_variant():
     assert get_workload("llama").shape == (4, 256)
     assert get_workload("resnet3d_18").shape == (4, 3, 16, 144, 144)
     assert get_workload("vgg_16").split == "train"
+    assert get_workload("wav2vec2").name == "wav2vec2-b1-a8000" and get_workload("wav2vec2").shape == (1, 8000)
+    assert get_workload("vae_decoder").name == "vae_decoder-b1-l16"
+    assert get_workload("vae_decoder").shape == (1, 4, 16, 16)
 
 
 def test_unknown_workload_suggests_names():
@@ -80,3 +83,35 @@ def test_outputs_do_not_vanish(name):
     module, (x,) = get_workload(name).build()
     with torch.no_grad():
         assert module(x).abs().max().item() > 1e-3
+
+
+NEW_FAMILIES = ["wav2vec2", "swin", "unet", "vae_decoder"]  # issue 48: operators the paper's zoo lacks
+
+
+def test_new_families_are_training_only():
+    new = [w for w in list_workloads() if w.family in NEW_FAMILIES]
+    assert {w.family for w in new} == set(NEW_FAMILIES) and {w.split for w in new} == {"train"}
+    assert {w.name for w in new if w.family == "wav2vec2" and w.batch == 1} == {
+        "wav2vec2-b1-a8000", "wav2vec2-b1-a16000", "wav2vec2-b1-a32000"}
+
+
+@pytest.mark.parametrize("family", NEW_FAMILIES)
+def test_new_families_smallest_variant_runs(family):
+    import torch
+
+    w = get_workload(family)  # no test variant: the smallest batch and size
+    assert w.batch == min(FAMILIES[family].batches) and w.size == min(FAMILIES[family].sizes)
+    assert w.split == "train" and w.dtype == "float32"
+    module, (x,) = w.build()
+    assert tuple(x.shape) == w.shape and x.dtype == torch.float32
+    with torch.no_grad():
+        out = module(x)
+    assert torch.isfinite(out).all() and out.std().item() > 1e-3
+
+
+def test_wav2vec2_gives_conv1d_and_group_norm_tasks(host):
+    import tlm
+
+    module, x = get_workload("wav2vec2-b1-a8000").build()
+    kinds = {t.kind for t in tlm.extract_tasks(module, x, target=host)}
+    assert {"conv1d", "group_norm", "matmul", "softmax", "layer_norm"} <= kinds

@@ -2,8 +2,9 @@
 
 Nothing is downloaded: Hugging Face models are built from their config objects, the rest are
 written in plain PyTorch (tlm.graph.models). A workload name is `family-bB-iN` (images of N x N),
-`family-bB-sN` (N tokens) or `dcgan-bB`; the bare family name means the family's default variant
-(its held-out test variant where there is one).
+`family-bB-sN` (N tokens), `family-bB-aN` (raw audio of N samples), `family-bB-lN` (a 4-channel
+latent of N x N) or `dcgan-bB`; the bare family name means the family's default variant (its
+held-out test variant where there is one).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class Workload:
     family: str
     split: str  # "train" or "test"
     batch: int
-    size: int  # image side or sequence length
+    size: int  # image side, sequence length, audio samples or latent side
     shape: tuple[int, ...]  # shape of the model input
     dtype: str  # dtype of the model input
     description: str
@@ -50,13 +51,13 @@ class Workload:
             vocab = FAMILIES[self.family].vocab
             x = torch.randint(0, vocab, self.shape, generator=gen, dtype=torch.int64)
         else:
-            x = torch.randn(self.shape, generator=gen)
+            x = torch.randn(self.shape, generator=gen)  # float32: images, video, noise, audio, latents
         return module, (x,)
 
 
 @dataclass(frozen=True)
 class Family:
-    kind: str  # "image", "video", "text", "noise"
+    kind: str  # "image", "video", "text", "noise", "audio", "latent"
     make: Callable[[Workload], Any]
     description: str
     batches: tuple[int, ...]
@@ -107,6 +108,16 @@ def _hf_image(cls_name: str, cfg_name: str, **cfg):
     return make
 
 
+def _hf_audio(cls_name: str, cfg_name: str, **cfg):
+    def make(w: Workload):
+        import transformers
+
+        config = getattr(transformers, cfg_name)(attn_implementation="eager", **cfg)
+        return _wrap(getattr(transformers, cls_name)(config), "last_hidden_state")
+
+    return make
+
+
 def _hf_text(cls_name: str, cfg_name: str, causal: bool = False, **cfg):
     def make(w: Workload):
         import transformers
@@ -127,6 +138,15 @@ def _resnet(block, depths, **kw):
         from tlm.graph.models.cnn import ResNet
 
         return ResNet(block, depths, **kw)
+
+    return factory
+
+
+def _unet(name: str, **kw):
+    def factory():
+        from tlm.graph.models import unet
+
+        return getattr(unet, name)(**kw)
 
     return factory
 
@@ -186,6 +206,20 @@ FAMILIES: dict[str, Family] = {
                                      num_attention_heads=12, num_key_value_heads=12,
                                      max_position_embeddings=1024),
                     "LLaMA, small config (12 layers, 768 hidden)", NLP_BATCHES, SEQ_LENS, 32000),
+    # Training-only families of operators the ones above lack (issue 48): conv1d, windowed attention,
+    # transposed convs with concatenated skips, group norm and interpolation.
+    "wav2vec2": Family("audio", _hf_audio("Wav2Vec2Model", "Wav2Vec2Config", hidden_size=384, num_hidden_layers=4,
+                                          num_attention_heads=6, intermediate_size=1536),
+                       "wav2vec 2.0, 7-layer conv1d features, 4 layers, 384 hidden (raw 16 kHz audio)",
+                       NLP_BATCHES, (8000, 16000, 32000)),
+    "swin": Family("image", _hf_image("SwinForImageClassification", "SwinConfig", embed_dim=96, depths=[2, 2, 2],
+                                      num_heads=[3, 6, 12], window_size=7),
+                   "Swin-T's first three stages (depths 2-2-2, embed 96, window 7)", (1, 4), (112, 224)),
+    "unet": Family("image", _plain(_unet("UNet", width=32, levels=3)),
+                   "U-Net, 3 levels, width 32, transposed-conv up-sampling (plain PyTorch)", (1, 4), (128, 256)),
+    "vae_decoder": Family("latent", _plain(_unet("VAEDecoder")),
+                          "Stable-Diffusion-style VAE decoder, 4-channel latent, x8 up-sampling (plain PyTorch)",
+                          (1, 2), (16, 32)),
 }
 
 # The paper's held-out test workloads: (family, batch, size).
@@ -207,6 +241,10 @@ def _make(family: str, batch: int, size: int) -> Workload:
         name, shape, dtype = f"{family}-b{batch}-i{size}", (batch, 3, 16, size, size), "float32"
     elif fam.kind == "noise":
         name, shape, dtype = f"{family}-b{batch}", (batch, 100), "float32"
+    elif fam.kind == "audio":
+        name, shape, dtype = f"{family}-b{batch}-a{size}", (batch, size), "float32"
+    elif fam.kind == "latent":
+        name, shape, dtype = f"{family}-b{batch}-l{size}", (batch, 4, size, size), "float32"
     else:
         name, shape, dtype = f"{family}-b{batch}-s{size}", (batch, size), "int64"
     return Workload(name, family, split, batch, size, shape, dtype, fam.description)
