@@ -153,3 +153,18 @@ def test_first_line_skips_tvm_metadata_note():
 
     err = RuntimeError("CodeGenVM cannot emit this.\n# Metadata omitted. Use show_meta=True in script() method to show it.")
     assert first_line(err) == "CodeGenVM cannot emit this."
+
+
+def test_an_operator_object_in_tvms_message_becomes_its_name():
+    """TVM writes `ir.Op(span=None, ty=ir.Type(span=None), name="relax.log", ...)` into its
+    messages (DeBERTa's log of int64 positions showed it): the one line names `relax.log`."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4,), "int64"))
+    with pytest.raises(Exception) as info:
+        with bb.function("main", [x]):
+            bb.emit_func_output(bb.emit(relax.op.log(x)))
+    text = diagnose.reason(info.value)
+    assert text.startswith("relax.log requires the input tensor to have float dtype"), text
+    assert "ir.Op(" not in text
