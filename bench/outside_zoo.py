@@ -181,7 +181,7 @@ def write_report(run: Path, names: list[str], stem: Path) -> None:
     dates = sorted({c["date"] for c in cells.values() if c.get("date")})
     lines = ["# Outside the zoo: compile, check, time (issue 48)", "",
              f"Hardware: {', '.join(hw) or '-'}; dates {', '.join(dates) or '-'}; commits {', '.join(commits) or '-'}.",
-             "Command: `python bench/outside_zoo.py` (cells in `work/outside-zoo/HARDWARE/`; models in "
+             "Command: `python bench/outside_zoo.py` (cells in `work/outside-zoo/CPU-CORESc/`; models in "
              "`bench/outside_models.py`). Each cell: `tlm.compile(module, inputs, budget=B)` with the shipped "
              "model, output checked against PyTorch, then tlm, PyTorch eager and ONNX Runtime timed in one "
              "interleaved run (median of 5 rounds, each the median of 3 repeats of >= 50 ms), same threads.", "",
@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", action="append",
                    help="budgets to run (default: 0, 10g and onnx0: budget 0 through the model's ONNX export)")
     p.add_argument("--models", help="comma-separated model names (default: all)")
-    p.add_argument("--run", default=None, help="cell folder (default: work/outside-zoo/HARDWARE)")
+    p.add_argument("--run", default=None, help="cell folder (default: work/outside-zoo/CPU-CORESc, e.g. znver3-2c)")
     p.add_argument("--timeout", type=int, default=3600, help="seconds per cell")
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     p.add_argument("--redo", action="store_true", help="run cells again that have a result")
@@ -354,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := sorted(set(names) - set(known)):
         print(f"outside_zoo: unknown model(s) {', '.join(unknown)}; known: {', '.join(known)}", file=sys.stderr)
         return 2
-    run = Path(args.run) if args.run else ROOT / "work" / "outside-zoo" / resolve_target(None).key
+    info = resolve_target(None)
+    run = Path(args.run) if args.run else ROOT / "work" / "outside-zoo" / f"{info.cpu}-{info.cores}c"
     if not args.report and not args.time_only:
         run_battery(names, budgets, run, args.timeout, args.rounds, args.redo)
     if not args.report and not args.no_time:
