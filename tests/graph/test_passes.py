@@ -170,3 +170,34 @@ def test_clip_after_a_reshape_keeps_its_bounds(tmp_path, host):
         compiled = compile_model(model, inputs, db=str(tmp_path / "db"), target=host,
                                  config=CompileConfig(repeat=1, min_repeat_ms=1, compare=False))
     assert compiled.matches, compiled.max_abs_diff
+
+
+class _CumSum(torch.nn.Module):
+    """RoBERTa's position ids: a cumulative sum, which TOPI writes with the IR builder."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 16)
+
+    def forward(self, x):  # [4, 16]
+        return self.fc(x).cumsum(-1)
+
+
+def test_a_cumulative_sum_task_has_a_root_block_a_design_space_and_compiles(tmp_path, host):
+    """The fused cumsum function was one block without a root around it: MetaSchedule found no
+    design space ("Cannot find a block with the name: root") and the weight-packing split failed
+    the whole-model build; RoBERTa was refused. Now it is a task like the others."""
+    import tlm
+    from tlm.compiler.build import CompileConfig
+    from tlm.search.base import TuneConfig
+    from tlm.space.design import task_space
+
+    torch.manual_seed(0)
+    model, x = _CumSum().eval(), torch.randn(4, 16)
+    (task,) = [t for t in tlm.extract_tasks(model, (x,), target=host) if "cumsum" in t.name]
+    assert task.mod["main"].body.block.name_hint == "root"
+    assert task_space(task, host).traces
+    compiled = tlm.compile(model, (x,), budget=0, db=str(tmp_path / "db"), target=host,
+                           tune_config=TuneConfig(pick="greedy", cost_model="none"),
+                           config=CompileConfig(repeat=2, min_repeat_ms=5, compare=False))
+    assert compiled.matches and not compiled.untuned_tasks, compiled.task_rows

@@ -85,3 +85,26 @@ def test_kill_and_resume(tmp_path, host):
         assert db.count() == 18  # resumed to exactly the budget, nothing measured twice
         traces = [str(r.trace_json) for r in db.records()]
         assert len(set(traces)) == len(traces)
+
+
+def test_a_task_without_a_design_space_is_said_and_left_untuned(monkeypatch, capsys, host, matmul32):
+    """Failures travel as data: a task whose design space cannot be generated (simulated here by
+    a task_space that raises, a stand-in for TVM) is named on stderr and left to TVM's default
+    schedule; the other tasks are still tuned."""
+    import dataclasses
+
+    import tlm.space.design as design
+    from tlm.search.tune import tunable
+
+    other = dataclasses.replace(matmul32, name="no_space", hash="0" * 16)
+    real = design.task_space
+
+    def fake(task, target=None):
+        if task.name == "no_space":
+            raise TlmError("no design space for task no_space: Cannot find a block with the name: root")
+        return real(task, target)
+
+    monkeypatch.setattr(design, "task_space", fake)
+    assert [t.name for t in tunable([matmul32, other], host)] == [matmul32.name]
+    err = capsys.readouterr().err
+    assert "no design space for task no_space" in err and "TVM's default schedule, untuned" in err

@@ -306,6 +306,27 @@ def layout_free(ops: frozenset[str] = PREPACK_OPS):
     return _pass
 
 
+def root_blocks():
+    """A fused function whose body is one block without the root block around it (TOPI's
+    cumulative sum, written with the IR builder) gets the root block every other task has:
+    MetaSchedule's design spaces and the weight-packing split both look for it (RoBERTa's
+    position ids failed both). Other functions are left as they are."""
+    import tvm
+    from tvm.s_tir.stmt import SBlock, SBlockRealize
+    from tvm.tirx import PrimFunc
+
+    @tvm.transform.module_pass(opt_level=0, name="tlm.RootBlocks")
+    def _pass(mod, _ctx):
+        for gv, func in list(mod.functions.items()):
+            body = func.body if isinstance(func, PrimFunc) else None
+            if isinstance(body, SBlockRealize) and body.block.name_hint != "root":
+                root = SBlock([], [], [], "root", body)
+                mod[gv] = func.with_body(SBlockRealize([], True, root))
+        return mod
+
+    return _pass
+
+
 def prepack_fold() -> list:
     """After the records are applied: each task's weight packing becomes its own function, and
     constant folding runs it once at compile time (the packed weights are constants)."""
@@ -333,6 +354,7 @@ def fuse_passes(target, fast_math: bool = True, prepack: bool | frozenset[str] =
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
+        root_blocks(),
         *([layout_free(PREPACK_OPS if prepack is True else frozenset(prepack))]
           if prepack and target.kind.name == "llvm" else []),
     ]

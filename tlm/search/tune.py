@@ -60,11 +60,33 @@ def tune(source: str | list[Task], tuner: str = "metaschedule", budget: str | in
         from tlm.search.costmodel import CostModel
 
         CostModel.load(config.cost_model)  # so does a bad --cost-model
+    tasks = tunable(tasks, info)
+    if not tasks:
+        return []
     database = open_db(db)
     try:
         return TUNERS[tuner](tasks, database, info, config, progress=progress).run()
     finally:
         database.close()
+
+
+def tunable(tasks: list[Task], target) -> list[Task]:
+    """The tasks that have a design space; each one without is said once and left to TVM's
+    default schedule (the whole-model build lowers it untuned): a model with a cumulative sum
+    (RoBERTa's position ids), whose TOPI form has no block MetaSchedule can schedule, compiles
+    instead of being refused."""
+    from tlm.space.design import task_space
+
+    out = []
+    for task in tasks:
+        try:
+            task_space(task, target)
+        except TlmError as err:
+            print(f"tlm: warning: {err}; {task.name} is compiled with TVM's default schedule, untuned",
+                  file=sys.stderr)
+            continue
+        out.append(task)
+    return out
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
