@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import tempfile
 
@@ -166,3 +167,45 @@ def quiet_stderr():
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
+
+
+# TVM's noise in a message: the metadata note, traceback frames, C++ backtrace lines.
+_NOISE = re.compile(
+    r"^(# Metadata omitted|Traceback \(most recent call last\)|File \"|\[bt\]|Stack trace|-{3,}$|\d+: |at )")
+
+
+def _op_names(line: str) -> str:
+    """TVM prints an operator in a message as its object, `ir.Op(span=None, ty=ir.Type(...),
+    name="relax.log", ...)`: each becomes its name."""
+    while (start := line.find("ir.Op(")) >= 0:
+        depth, end, quoted = 0, len(line), False
+        for i in range(start + 5, len(line)):
+            ch = line[i]
+            quoted = not quoted if ch == '"' else quoted
+            depth += 0 if quoted else (ch == "(") - (ch == ")")
+            if depth == 0:
+                end = i + 1
+                break
+        name = re.search(r'name="([\w.]+)"', line[start:end])
+        line = line[:start] + (name.group(1) if name else "an operator") + line[end:]
+    return line
+
+
+def reason(err: BaseException, limit: int = 300) -> str:
+    """TVM's (or any library's) message on one line, without TVM's noise: the metadata note,
+    traceback frames and the Relax text of a quoted call (the operator is named separately)."""
+    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
+    kept, skip = [], False
+    for ln in lines:
+        if ln.startswith("Offending call"):
+            skip = True  # the call's text follows; described from the module instead
+            continue
+        if skip and (ln.startswith(("R.", "%", "relax.")) or _NOISE.match(ln)):
+            continue
+        skip = False
+        if not _NOISE.match(ln):
+            kept.append(ln)
+    kept = [_op_names(ln) for ln in kept]
+    text = " ".join(kept) if len(" ".join(kept)) <= limit else kept[-1] if kept else ""
+    text = text or type(err).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from tlm.errors import TlmError, first_line, quiet_stderr
-from tlm.graph.diagnose import IMPORT, PREPARE, explain, reason, unsupported_onnx_ops, unsupported_torch_ops
+from tlm.errors import TlmError, first_line, quiet_stderr, reason
+from tlm.graph.diagnose import IMPORT, PREPARE, explain, unsupported_onnx_ops, unsupported_torch_ops
 from tlm.graph.passes import prepare
 
 
