@@ -232,6 +232,18 @@ def write_report(run: Path, names: list[str], stem: Path) -> None:
         lines.append(f"- Budget {b}: {len(done)} models run, {ok} compiled and matched, {refused} refused in one line, "
                      f"{len(done) - ok - refused} failed otherwise; geomean TLM/PyTorch over the {len(ratios[b])} "
                      f"that matched: {'-' if g is None else f'{g:.2f}x'}.")
+    for b in budgets:
+        vs_ort = [c["tlm_ms"] / c["onnxruntime_ms"] for (n, bb), c in cells.items()
+                  if bb == b and _ok(c) and c.get("onnxruntime_ms")]
+        if vs_ort:
+            lines.append(f"- Budget {b}: geomean TLM/ONNX Runtime over the {len(vs_ort)} with both: "
+                         f"{statistics.geometric_mean(vs_ort):.2f}x.")
+    odd = sorted({n for (n, _), c in cells.items() if _ok(c) and c.get("onnxruntime_ms")
+                  and c["pytorch_ms"] > 5 * max(c["onnxruntime_ms"], c["tlm_ms"])})
+    if odd:
+        lines.append(f"- PyTorch eager ran over 5x slower than both tlm and ONNX Runtime on {', '.join(odd)}: "
+                     "timings taken beside other jobs (see the load) are suspect there; `--time-only --retime` "
+                     "on a quiet host times them again.")
     lines.append(f"- Slower at 10g than at 0 (by > 5%): {', '.join(slower) or 'none'}.")
     if doors:
         lines.append(f"- The ONNX door against the PyTorch door at budget 0 (each against PyTorch in its own cell): "
