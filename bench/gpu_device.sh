@@ -7,6 +7,10 @@
 # TRAIN=DIR first pretrains TLM-base on DIR/corpus.json.xz with DIR/tokenizer.json (`tlm pretrain
 # --vocab-only --data BUNDLE...` made both where TVM is), fine-tunes it on DIR/demos.jsonl
 # (tlm.model.demos.write_demos) and brings both back as $OUT/tlm-base.tar and tlm-ft.tar (STEPS, FT_EPOCHS).
+# PLANS="DIR ..." then runs whole-model GPU plans (`tlm gpu plan WORKLOAD --out DIR` made them here):
+# each `python3 -m tlm.measure.cuda_plan DIR --out /tmp/tlm-plan/NAME` (compile, check against the
+# CPU's output, time: whole plan, CUDA graph, per step; PLAN_SECONDS, default 240) brings back
+# $OUT/NAME-plan.json (NAME: the folder's name). A plan is at most 48 MiB: weights are regenerated there.
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/tlm-out}
@@ -37,6 +41,14 @@ mkdir -p "$OUT"
       cp "/tmp/tlm-run/$name/$f" "$OUT/$name-$f" 2>/dev/null
     done
     tail -3 "/tmp/tlm-run/$name/child.log" 2>/dev/null
+  done
+  for p in ${PLANS:-}; do
+    name=$(basename "$p")
+    timeout $(( ${PLAN_SECONDS:-240} + 60 )) python3 -m tlm.measure.cuda_plan "$p" --out "/tmp/tlm-plan/$name" \
+      --seconds "${PLAN_SECONDS:-240}"
+    echo "plan $name rc $?"
+    cp "/tmp/tlm-plan/$name/plan-result.json" "$OUT/$name-plan.json" 2>/dev/null
+    tail -3 "/tmp/tlm-plan/$name/child.log" 2>/dev/null
   done
   if [ "${PYTORCH:-1}" = 1 ]; then
     extra=""; [ "${COMPILE:-0}" = 1 ] && extra="--compile"

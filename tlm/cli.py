@@ -14,7 +14,7 @@ from tlm.errors import TlmError, interrupted, sigint_flagged
 # Stage modules that add their own sub-commands through `register_cli(subparsers)`.
 _STAGE_CLIS = ("tlm.space.sampling", "tlm.model.pretrain", "tlm.model.generate", "tlm.search.tune", "tlm.compiler.job",
                "tlm.model.finetune", "tlm.search.loop_cli", "tlm.search.collect", "tlm.search.costmodel_data",
-               "tlm.measure.gpu_cli", "tlm.eval.run", "tlm.eval.gpu_heldout")
+               "tlm.measure.gpu_cli", "tlm.compiler.gpu_plan", "tlm.eval.run", "tlm.eval.gpu_heldout")
 
 
 def _print_json(data) -> None:

@@ -5,4 +5,6 @@ ImportedModel + database  --build-->  CompiledModel (checked against PyTorch / O
 - build.py   apply the records, build with Relax, check the output, time against PyTorch and ORT
 - job.py     the main job: `tlm compile` and `tlm.compile`, tuning with the TLM first on a budget
 - backend.py `torch.compile(m, backend="tlm")` (checked, eager where tlm cannot) and `tlm.load`
+- gpu_plan.py  `tlm gpu plan`: a whole model's GPU kernels in order, as data, for a machine without TVM
+- plan_walk.py the plan's walk of the lowered Relax `main`, its data, and its CPU executor (tests)
 """

@@ -15,5 +15,6 @@ GPU programs, built here (no GPU) and measured on a machine with one (CuPy + nvc
 - cuda_runner.py  on the GPU machine: compile on all cores, supervise the measuring process
 - cuda_measure.py the measuring process: check every program against the reference, time it
 - gpu_ingest.py   a run's results -> records under the card -> corpus shards (`tlm gpu ingest`)
-- gpu_cli.py      `tlm gpu bundle|run|ingest`
+- gpu_cli.py      `tlm gpu bundle|run|ingest` (`plan`: tlm.compiler.gpu_plan registers it)
+- cuda_plan.py    on the GPU machine: a whole-model plan compiled, checked, timed (whole, CUDA graph, per step)
 """

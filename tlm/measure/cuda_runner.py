@@ -156,12 +156,12 @@ def run(bundle: Path, out: Path, seconds: float, jobs: int, hang_seconds: float,
             child.kill()
             child.wait()
         if state and (state["t"], state["k"]) not in {(r["t"], r["k"]) for r in read_lines(results)}:
-            why = f"hung over {hang_seconds:.0f} s" if hung else f"runner died (exit {code}): {_tail(out / 'child.log')}"
+            why = f"hung over {hang_seconds:.0f} s" if hung else f"runner died (exit {code}): {last_line(out / 'child.log')}"
             append_line(results, {"t": state["t"], "k": state["k"], "lat": [], "err": f"fault: {why}"})
         prog.unlink(missing_ok=True)
         restarts += 1
         if restarts > MAX_RESTARTS or (restarts >= EARLY_RESTARTS and not any(r.get("lat") for r in read_lines(results))):
-            log(f"the measuring process died {restarts} times ({_tail(out / 'child.log')}): measurement stopped")
+            log(f"the measuring process died {restarts} times ({last_line(out / 'child.log')}): measurement stopped")
             restarts = MAX_RESTARTS + 1
             child = None
             return
@@ -217,7 +217,8 @@ def run(bundle: Path, out: Path, seconds: float, jobs: int, hang_seconds: float,
     return summary
 
 
-def _tail(path: Path) -> str:
+def last_line(path: Path) -> str:
+    """The last non-empty line of a log file (300 characters at most), or "" (also tlm.measure.cuda_plan)."""
     try:
         lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
     except OSError:

@@ -3,8 +3,10 @@
     tlm gpu bundle --target h200 --sources ... --out BUNDLE     (here, no GPU: tlm.measure.gpu_bundle)
     tlm gpu run BUNDLE --out RESULTS [--seconds S]              (on the GPU machine: tlm.measure.cuda_runner)
     tlm gpu ingest BUNDLE RESULTS [--corpus data/corpus]        (here: tlm.measure.gpu_ingest)
+    tlm gpu plan WORKLOAD --target h100 --out PLAN              (here: tlm.compiler.gpu_plan, a whole model)
 
-On a machine without TVM, `python -m tlm.measure.cuda_runner BUNDLE --out RESULTS` is `tlm gpu run`.
+On a machine without TVM, `python -m tlm.measure.cuda_runner BUNDLE --out RESULTS` is `tlm gpu run`,
+and `python -m tlm.measure.cuda_plan PLAN --out RESULTS` runs a plan.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ def register_cli(sub) -> None:
 
     gpu = sub.add_parser("gpu", help="GPU programs: bundle here, run on a GPU machine, ingest here")
     gsub = gpu.add_subparsers(dest="gpu_command", required=True)
+    gpu.set_defaults(gpu_subparsers=gsub)  # later stages add theirs (tlm.compiler.gpu_plan: `tlm gpu plan`)
     add_bundle_cli(gsub)
     p = gsub.add_parser("run", help="compile and measure a bundle on this machine's GPU")
     p.add_argument("bundle")
