@@ -411,3 +411,24 @@ def test_budget_falls_back_to_random_programs(tmp_path, capsys, host):
     assert "tlm: warning: the model proposed no valid program" in capsys.readouterr().err
     assert rows[0]["measured"] == 5 and rows[0]["fallback"] == "random" and rows[0]["status"] == "tuned"
     assert len({r.sentence for r in recs}) == 5 and all(parse(r.sentence, task, host).ok for r in recs)
+
+
+def test_first_choice_that_llvm_builds_in_time(capsys):
+    """Unit test with a stand-in build cost (no TVM): the pick skips programs with too many
+    odd-width vector lanes and says so; when every one has too many, the first stays, with a warning."""
+    from types import SimpleNamespace
+
+    from tlm.search.tlm_tuner import TlmTuner
+
+    tuner = TlmTuner.__new__(TlmTuner)
+    task = SimpleNamespace(name="fused_conv1d")
+    costs = {"a": 77616, "b": 9000, "c": 0, "d": 0}
+    tuner._build_cost = lambda t, g: costs[g]
+    assert tuner._buildable(task, ["c", "a"]) == ["c"]
+    assert capsys.readouterr().err == ""
+    assert tuner._buildable(task, ["a", "b", "c", "d"]) == ["c"]
+    err = capsys.readouterr().err
+    assert "fused_conv1d" in err and "77,616" in err and "choice #3" in err
+    assert tuner._buildable(task, ["a", "b"]) == ["a"]
+    assert "tlm: warning: fused_conv1d" in capsys.readouterr().err
+    assert tuner._buildable(task, []) == []

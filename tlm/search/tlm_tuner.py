@@ -160,15 +160,35 @@ class TlmTuner(Tuner):
         return parse(g.sentence, task, self.target, space=space).sch
 
     def pick(self, task: Task, seen: set[str] | None = None) -> list:
-        """[the model's first choice] among programs not in `seen` (TuneConfig.pick), or []."""
+        """[the model's first choice] among programs not in `seen` (TuneConfig.pick), or []: the
+        first in the pick's order that LLVM builds in reasonable time (`_buildable`)."""
         gen, cfg = self.generator, self.config
         if cfg.pick == "greedy":
-            return gen.generate(task, 1, greedy=True, seen=seen)
+            first = gen.generate(task, 1, greedy=True, seen=seen)
+            if not first or self._build_cost(task, first[0]) == 0:
+                return first
         seed = seeds(cfg.seed, task, 0, 2)[1]  # not round 0's sampling seed (the first of the two)
         samples = gen.generate(task, max(1, cfg.pick_samples), seen=seen, seed=seed)
         if samples and cfg.pick == "cost" and self.cost_model is not None:
-            return self._ranked(task, samples, lambda g: self._schedule(task, g))[:1]
-        return [max(samples, key=lambda g: g.logprob)] if samples else []
+            ranked = self._ranked(task, samples, lambda g: self._schedule(task, g))
+        else:
+            ranked = sorted(samples, key=lambda g: -g.logprob)
+        return self._buildable(task, ranked)
+
+    def _build_cost(self, task: Task, g) -> int:
+        """The odd-width vector lanes of a program when too many for LLVM (tlm.space.build_cost), else 0."""
+        from tlm.space.build_cost import too_slow_to_build
+
+        try:
+            return too_slow_to_build(self._schedule(task, g).mod, self.target)
+        except Exception:  # noqa: BLE001 - TVM's lowering refused it: the build says why, not this check
+            return 0
+
+    def _buildable(self, task: Task, ranked: list) -> list:
+        """[the first of `ranked` that LLVM builds in reasonable time] (tlm.space.build_cost.first_buildable)."""
+        from tlm.space.build_cost import first_buildable
+
+        return first_buildable(task.name, ranked, lambda g: self._build_cost(task, g))
 
     def greedy(self, task: Task):
         """(Generated, Schedule) of the model's first choice (`pick`), or None."""

@@ -1,0 +1,38 @@
+"""What a program costs LLVM to build (tlm.space.build_cost): odd-width vector lanes after lowering."""
+
+from __future__ import annotations
+
+import pytest
+import workloads_tir as w
+
+
+def _vectorized_matmul(m: int, unroll: int):
+    """A (16 x 32) @ (32 x m) matmul with its m loop vectorized innermost under an unroll pragma."""
+    import tvm
+
+    sch = tvm.s_tir.Schedule(w.matmul(16, m, 32).mod)
+    i, j, k = sch.get_loops(sch.get_sblock("C"))
+    sch.reorder(i, k, j)
+    sch.vectorize(j)
+    sch.annotate(i, "pragma_auto_unroll_max_step", unroll)
+    sch.annotate(i, "pragma_unroll_explicit", 1)
+    return sch.mod
+
+
+@pytest.mark.tvm
+def test_odd_widths_count_their_lanes_after_unrolling(host):
+    from tlm.space.build_cost import odd_vector_lanes, too_slow_to_build
+
+    unrolled, rolled = odd_vector_lanes(_vectorized_matmul(49, 512), host), odd_vector_lanes(_vectorized_matmul(49, 0), host)
+    assert unrolled % 49 == 0 and rolled % 49 == 0
+    assert unrolled >= 32 * 49 and rolled < unrolled / 8  # TVM's unroll multiplies the odd-width accesses
+    assert odd_vector_lanes(_vectorized_matmul(64, 512), host) == 0  # power-of-two widths cost nothing here
+    assert too_slow_to_build(_vectorized_matmul(49, 512), host, limit=unrolled - 1) == unrolled
+    assert too_slow_to_build(_vectorized_matmul(49, 512), host, limit=unrolled) == 0
+
+
+def test_gpu_targets_are_not_judged():
+    from tlm.graph.target import resolve_target
+    from tlm.space.build_cost import too_slow_to_build
+
+    assert too_slow_to_build(None, resolve_target("h100"), limit=0) == 0  # nothing lowered for CUDA

@@ -1,0 +1,79 @@
+"""What a program costs LLVM to build, read from its lowered TIR before any code is generated.
+
+Some programs of a design space are fast to run but take LLVM minutes to compile: a vectorized
+loop whose extent is not a power of two (a conv1d's 49 output positions) under a large
+`pragma_auto_unroll_max_step` becomes thousands of odd-width vector loads and stores in one body,
+and LLVM's type legalization splits each of them lane by lane. Measured on znver3 (LLVM 17,
+a HuBERT feature extractor's conv1d tasks): 77,616 lanes in odd-width vector accesses took over
+15 minutes to build, 41,184 took 10 s, 1,127 took 0.2 s; power-of-two widths of any count build
+in well under a second. `odd_vector_lanes` counts those lanes after TVM's own lowering (the
+unrolling included), and `too_slow_to_build` says when a program should not be a first choice.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from tlm.graph.target import TargetInfo
+
+# Lanes in odd-width vector accesses above which LLVM's build time grows past seconds (see above).
+ODD_LANES_LIMIT = 4096
+
+
+def _lanes(expr_type: Any) -> int:
+    import tvm
+
+    return tvm.DataType(str(expr_type.dtype)).lanes
+
+
+def odd_vector_lanes(mod, target: TargetInfo) -> int:
+    """Total lanes of the vector loads and stores whose width is not a power of two in `mod`
+    (a scheduled IRModule) once lowered by TVM's default TIR pipeline for `target` (LLVM only)."""
+    import tvm_ffi
+    from tvm import tirx
+    from tvm.ir.expr import TensorLoad
+
+    tvm_target = target.tvm()
+    lowered = tirx.transform.BindTarget(tvm_target.with_host(tvm_target))(mod)
+    lowered = tirx.get_default_tir_pipeline(tvm_target)[0](lowered)
+    total = 0
+
+    def visit(node) -> None:
+        nonlocal total
+        lanes = _lanes(node.value.ty if isinstance(node, tirx.stmt.BufferStore) else node.ty)
+        if lanes > 1 and lanes & (lanes - 1):
+            total += lanes
+
+    for func in lowered.functions.values():
+        if isinstance(func, tirx.PrimFunc):
+            tvm_ffi.structural_walk(func.body, ((TensorLoad, tirx.stmt.BufferStore), visit))
+    return total
+
+
+def too_slow_to_build(mod, target: TargetInfo, limit: int = ODD_LANES_LIMIT) -> int:
+    """The odd-width vector lanes of `mod` when over `limit` on an LLVM target, else 0 (fine, or a
+    target whose build time this does not predict)."""
+    if target.kind != "llvm":
+        return 0
+    lanes = odd_vector_lanes(mod, target)
+    return lanes if lanes > limit else 0
+
+
+def first_buildable(name: str, ranked: list, cost: Callable[[Any], int]) -> list:
+    """[the first of `ranked` whose `cost` (`too_slow_to_build`) is 0], or [the first of all] when
+    none is; said on stderr (naming task `name`) when it is not the first of `ranked`."""
+    first = 0
+    for i, item in enumerate(ranked):
+        lanes = cost(item)
+        if lanes == 0:
+            if i > 0:
+                print(f"tlm: note: {name}: the model's first choice has {first:,} lanes in odd-width vector "
+                      f"accesses (LLVM would take minutes to build it); its choice #{i + 1} is used", file=sys.stderr)
+            return [item]
+        first = first or lanes
+    if ranked:
+        print(f"tlm: warning: {name}: each of the model's {len(ranked)} choices has too many lanes in odd-width "
+              f"vector accesses (the first {first:,}); LLVM may take minutes to build it", file=sys.stderr)
+    return ranked[:1]
