@@ -55,11 +55,11 @@ def run_cell(name: str, budget: str, db: str, rounds: int) -> dict:
     from tlm.errors import TlmError
     from tlm.graph.extract import load
     from tlm.graph.target import resolve_target
+    from tlm.measure.shards import host_description
 
     info = resolve_target(None)
     entry = get(name)
-    cpu = " ".join(open("/proc/cpuinfo").read().split("model name")[1].split(":", 1)[1].split("\n")[0].split()) \
-        if os.path.exists("/proc/cpuinfo") else "unknown CPU"
+    cpu = " ".join(host_description()["cpu_model"].split()) or "unknown CPU"
     cell = {"model": name, "family": entry.family, "budget": budget, "hardware": f"{info.cpu} ({cpu}, {info.cores} cores)",
             "commit": _commit(), "date": time.strftime("%Y-%m-%d"), "threads": info.cores}
     module, inputs = entry.make()
@@ -108,7 +108,7 @@ def run_cell(name: str, budget: str, db: str, rounds: int) -> dict:
 def time_model(name: str, cells: dict[str, dict], rounds: int) -> dict:
     """One interleaved run for a model: each round times every budget's compiled library,
     PyTorch eager and ONNX Runtime back to back, on the same inputs and threads."""
-    import tempfile
+    from types import SimpleNamespace
 
     import numpy as np
     import torch
@@ -116,7 +116,7 @@ def time_model(name: str, cells: dict[str, dict], rounds: int) -> dict:
     from tvm import relax
 
     from outside_models import get
-    from tlm.compiler.build import median_ms, to_tvm
+    from tlm.compiler.build import median_ms, onnxruntime_runner, to_tvm
     from tlm.graph.target import resolve_target
 
     info = resolve_target(None)
@@ -129,16 +129,12 @@ def time_model(name: str, cells: dict[str, dict], rounds: int) -> dict:
         runners[budget] = lambda f=vm["main"]: f(*args)
     with torch.no_grad():
         runners["pytorch"] = lambda: module(*inputs)
-        try:
-            import onnxruntime as ort
-
-            path = os.path.join(tempfile.mkdtemp(prefix="tlm-oz-"), "model.onnx")
-            torch.onnx.export(module, inputs, path, dynamo=False, opset_version=17)
-            opts = ort.SessionOptions()
-            opts.intra_op_num_threads, opts.inter_op_num_threads = info.cores, 1
-            sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-            feed = {i.name: np.ascontiguousarray(x.numpy()) for i, x in zip(sess.get_inputs(), inputs)}
-            runners["onnxruntime"] = lambda: sess.run(None, feed)
+        try:  # the compiler's own ONNX Runtime runner (export, session on the same threads)
+            plain = SimpleNamespace(onnx_path=None, torch_module=module, example_inputs=inputs,
+                                    inputs=[np.ascontiguousarray(x.numpy()) for x in inputs])
+            run, out["onnxruntime_note"] = onnxruntime_runner(plain, info.cores)
+            if run is not None:
+                runners["onnxruntime"] = run
         except Exception as err:  # noqa: BLE001 - a comparison that cannot run is reported
             out["onnxruntime_note"] = f"{type(err).__name__}: " + (str(err).strip().splitlines() or [""])[0][:200]
         times: dict[str, list[float]] = {k: [] for k in runners}
