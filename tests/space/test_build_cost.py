@@ -36,3 +36,11 @@ def test_gpu_targets_are_not_judged():
     from tlm.space.build_cost import too_slow_to_build
 
     assert too_slow_to_build(None, resolve_target("h100"), limit=0) == 0  # nothing lowered for CUDA
+
+
+@pytest.mark.tvm
+def test_only_odd_vectorized_loops_are_lowered():
+    from tlm.space.build_cost import odd_vector_loops
+
+    assert odd_vector_loops(_vectorized_matmul(49, 0)) and not odd_vector_loops(_vectorized_matmul(64, 512))
+    assert not odd_vector_loops(w.matmul(16, 49, 32).mod)  # nothing vectorized

@@ -23,11 +23,13 @@ from tlm.errors import TlmError
 
 def candidates(db, gen, task, target, config, cm, others: list | None, need: int, r: int,
                have: int) -> tuple[list, int]:
-    """(up to `need` Candidates of round r, generation failures); `have`: programs of this round
+    """(up to `need` Candidates of round r, generation failures: samples that do not parse or that
+    LLVM would take minutes to build, tlm.space.build_cost); `have`: programs of this round
     already measured (a resumed round samples with another seed); `cm`: the cost model or None."""
     import zlib
 
     from tlm.measure.measurer import Candidate
+    from tlm.space.build_cost import too_slow_to_build
     from tlm.space.design import task_space
     from tlm.space.language import parse
 
@@ -49,6 +51,9 @@ def candidates(db, gen, task, target, config, cm, others: list | None, need: int
             except TlmError:
                 bad += 1
                 continue
+        if too_slow_to_build(sch.mod, target):  # its build would time out: not worth a measurement
+            bad += 1
+            continue
         cands.append(Candidate(task, schedule=sch, proposer="tlm", round=r, sentence=g.sentence))
     if cm is not None:
         keep = len(moved) + min(need, max(0, config.cm_explore))  # samples come in random order

@@ -52,10 +52,30 @@ def odd_vector_lanes(mod, target: TargetInfo) -> int:
     return total
 
 
+def odd_vector_loops(mod) -> bool:
+    """Whether a scheduled IRModule vectorizes a loop whose extent is not a power of two (only
+    such loops make odd-width vectors, so only they need the lowering `odd_vector_lanes` does)."""
+    import tvm_ffi
+    from tvm import tirx
+
+    found = False
+
+    def visit(loop) -> None:
+        nonlocal found
+        if loop.kind == tirx.stmt.ForKind.VECTORIZED:
+            extent = loop.extent
+            found = found or not isinstance(extent, tirx.expr.IntImm) or bool(extent.value & (extent.value - 1))
+
+    for func in mod.functions.values():
+        if isinstance(func, tirx.PrimFunc):
+            tvm_ffi.structural_walk(func.body, ((tirx.stmt.For, visit),))
+    return found
+
+
 def too_slow_to_build(mod, target: TargetInfo, limit: int = ODD_LANES_LIMIT) -> int:
     """The odd-width vector lanes of `mod` when over `limit` on an LLVM target, else 0 (fine, or a
     target whose build time this does not predict)."""
-    if target.kind != "llvm":
+    if target.kind != "llvm" or not odd_vector_loops(mod):
         return 0
     lanes = odd_vector_lanes(mod, target)
     return lanes if lanes > limit else 0
