@@ -11,6 +11,8 @@
 # each `python3 -m tlm.measure.cuda_plan DIR --out /tmp/tlm-plan/NAME` (compile, check against the
 # CPU's output, time: whole plan, CUDA graph, per step; PLAN_SECONDS, default 240) brings back
 # $OUT/NAME-plan.json (NAME: the folder's name). A plan is at most 48 MiB: weights are regenerated there.
+# The tracked tree is over the 64 MiB a call carries: `bash tools/device_tree.sh drop` before the
+# session's device calls, `restore` after (no commit in between).
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/tlm-out}
