@@ -1,0 +1,170 @@
+"""Where a compiled model's time goes (issue 46 item 1): the whole call, each kernel inside it,
+and each kernel timed alone on the same arguments.
+
+    python bench/vm_profile.py MODEL.so SHAPE [SHAPE ...] [--rounds 20] [--out bench/results/vm_profile]
+        SHAPE: comma-separated dims of a float32 input (1,3,224,224), or `int:` + dims for int64 ids
+
+A `tlm compile ... -o MODEL.so` library is run by the Relax VM with an instrument on every call
+instruction (TVM's `VirtualMachine.set_instrument`): each kernel's time inside the model, and
+the VM's own builtins (allocation, shape checks); and each kernel called alone on the arguments
+it had in the model, twice, the second call timed (its inputs and weights warm in cache, the most
+a task timed alone can gain). The three are interleaved round by round; medians. The gap between the whole call and the sum of its kernels alone is
+the issue's "outside the tasks"; split into the VM's builtins, the instrument-free remainder,
+and the kernels running slower in sequence than alone. Writes OUT.json and OUT.md (appends a row
+per model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+
+def _inputs(shapes: list[str]):
+    import numpy as np
+    import tvm
+
+    rng = np.random.default_rng(0)
+    out = []
+    for s in shapes:
+        if s.startswith("int:"):
+            dims = tuple(int(d) for d in s[4:].split(","))
+            out.append(tvm.runtime.tensor(rng.integers(0, 100, dims).astype("int64")))
+        else:
+            out.append(tvm.runtime.tensor(rng.standard_normal(tuple(int(d) for d in s.split(","))).astype("float32")))
+    return out
+
+
+def profile(artifact: str, shapes: list[str], rounds: int) -> dict:
+    """Interleaved rounds (so that drift of the host hits all three alike): the whole call on a
+    plain VM, the whole call on an instrumented VM (each call instruction timed), then each kernel
+    called once alone on the arguments it had in the model; medians over the rounds."""
+    import tvm
+    from tvm import relax
+
+    dev = tvm.cpu()
+    lib = tvm.runtime.load_module(artifact)
+    plain, vm = relax.VirtualMachine(lib, dev), relax.VirtualMachine(lib, dev)
+    args = _inputs(shapes)
+    inside: dict[str, list[float]] = collections.defaultdict(list)
+    calls: list[tuple[str, object, tuple]] = []  # (symbol, function, arguments) of each kernel call
+    start: dict[str, float] = {}
+    record = {"on": True}
+
+    def instrument(func, symbol, before, _ret, *call_args):
+        now = time.perf_counter()
+        if before:
+            if record["on"] and not symbol.startswith("vm."):
+                calls.append((symbol, func, call_args))
+            start[symbol] = now
+        else:
+            inside[symbol].append(now - start[symbol])
+        return 0
+
+    vm.set_instrument(instrument)
+    vm["main"](*args)  # warm, and the kernels' arguments
+    plain["main"](*args)
+    record["on"] = False
+    inside.clear()
+    for _, func, call_args in calls:
+        func(*call_args)
+    whole, instrumented = [], []
+    alone: dict[str, list[float]] = collections.defaultdict(list)
+    per_round: list[dict[str, float]] = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        plain["main"](*args)
+        whole.append(time.perf_counter() - t0)
+        before = {k: sum(v) for k, v in inside.items()}
+        t0 = time.perf_counter()
+        vm["main"](*args)
+        instrumented.append(time.perf_counter() - t0)
+        per_round.append({k: sum(v) - before.get(k, 0.0) for k, v in inside.items()})
+        this = collections.defaultdict(float)
+        for symbol, func, call_args in calls:
+            func(*call_args)  # twice, the second timed: its inputs and weights warm
+            t0 = time.perf_counter()
+            func(*call_args)
+            this[symbol] += time.perf_counter() - t0
+        for k, v in this.items():
+            alone[k].append(v)
+    symbols = per_round[0].keys()
+    med = {k: statistics.median(r.get(k, 0.0) for r in per_round) * 1e3 for k in symbols}
+    count = collections.Counter(sym for sym, _, _ in calls)
+    alone_ms = {k: statistics.median(v) * 1e3 for k, v in alone.items()}
+    kernels = {k: v for k, v in med.items() if not k.startswith("vm.")}
+    builtins = {k: v for k, v in med.items() if k.startswith("vm.")}
+    return {
+        "artifact": artifact, "shapes": shapes, "rounds": rounds,
+        "whole_ms": round(statistics.median(whole) * 1e3, 4),
+        "instrumented_ms": round(statistics.median(instrumented) * 1e3, 4),
+        "kernels_inside_ms": round(sum(kernels.values()), 4),
+        "kernels_alone_ms": round(sum(alone_ms.values()), 4),
+        "builtins_ms": round(sum(builtins.values()), 4),
+        "kernel_calls": len(calls), "builtin_calls": len(inside) and sum(
+            len(v) for k, v in inside.items() if k.startswith("vm.")) // rounds,
+        "top": sorted(({"kernel": k, "calls": count[k], "inside_ms": round(v, 4), "alone_ms": round(alone_ms.get(k, 0), 4)}
+                       for k, v in kernels.items()), key=lambda r: -r["inside_ms"])[:15],
+    }
+
+
+def _hardware() -> str:
+    from tlm.graph.target import resolve_target
+    from tlm.measure.shards import host_description
+
+    info = resolve_target(None)
+    return f"{info.cpu} ({host_description()['cpu_model']}, {info.cores} cores)"
+
+
+def write(rows: list[dict], out: Path) -> None:
+    lines = ["# Where a compiled model's time goes (issue 46 item 1)", "",
+             "Command: `python bench/vm_profile.py MODEL.so SHAPE...` (one row per library; see the script's "
+             "docstring). Medians in ms. `inside`: the kernels' time within the whole call (VM instrument); "
+             "`alone`: each kernel called twice on the same arguments, the second timed (warm caches); interleaved rounds; `builtins`: "
+             "the VM's own calls (allocation, shape checks).", "",
+             "| date | hardware | library | whole | kernels inside | kernels alone | builtins (calls) | "
+             "whole / alone | load |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['date']} | {r['hardware']} | {r['name']} | {r['whole_ms']:.2f} | {r['kernels_inside_ms']:.2f} "
+                     f"| {r['kernels_alone_ms']:.2f} | {r['builtins_ms']:.2f} ({r['builtin_calls']}) | "
+                     f"{r['whole_ms'] / r['kernels_alone_ms']:.2f} | {r['load']} |")
+    for r in rows:
+        lines += ["", f"## {r['name']} ({r['date']}, {r['hardware']}): largest kernels", "",
+                  "| kernel | calls | inside ms | alone ms | inside / alone |", "|---|---|---|---|---|"]
+        lines += [f"| {t['kernel']} | {t['calls']} | {t['inside_ms']:.3f} | {t['alone_ms']:.3f} | "
+                  f"{t['inside_ms'] / t['alone_ms']:.2f} |" for t in r["top"] if t["alone_ms"] > 0]
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("artifact")
+    parser.add_argument("shapes", nargs="+")
+    parser.add_argument("--name", help="row name (default: the library's folder and file name)")
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--out", default="bench/results/vm_profile")
+    args = parser.parse_args(argv)
+    if not os.path.exists(args.artifact):
+        print(f"vm_profile: no such library: {args.artifact}", file=sys.stderr)
+        return 2
+    row = profile(args.artifact, args.shapes, args.rounds)
+    row.update(name=args.name or os.path.basename(args.artifact), hardware=_hardware(),
+               date=time.strftime("%Y-%m-%d %H:%M"), load=round(os.getloadavg()[0], 2))
+    out = Path(args.out)
+    rows = json.loads(out.with_suffix(".json").read_text()) if out.with_suffix(".json").exists() else []
+    rows = [r for r in rows if not (r["name"] == row["name"] and r["hardware"] == row["hardware"])] + [row]
+    out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+    write(rows, out)
+    print(f"{row['name']}: whole {row['whole_ms']:.2f} ms, kernels inside {row['kernels_inside_ms']:.2f}, "
+          f"alone {row['kernels_alone_ms']:.2f}, builtins {row['builtins_ms']:.2f} ({row['builtin_calls']} calls)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
