@@ -22,7 +22,6 @@ per-step times, compile seconds, error).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from tlm.errors import TlmError, first_line
-from tlm.measure.cuda_runner import last_line
+from tlm.measure.cuda_runner import last_line, runner_parser
 
 PLAN_VERSION = 1
 PLAN_FILE, DATA_FILE, EXPECTED_FILE = "plan.json", "data.npz", "expected.npz"
@@ -356,14 +355,8 @@ def write_result(out: Path, result: dict[str, Any], log=None) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tlm.measure.cuda_plan", description=__doc__.splitlines()[0])
-    p.add_argument("plan")
-    p.add_argument("--out", required=True)
-    p.add_argument("--seconds", type=float, default=420.0, help="compile + run at most this long (a hang is an error)")
-    p.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="nvcc processes")
-    p.add_argument("--compile-only", action="store_true", help="compile and check resources only (no GPU)")
-    p.add_argument("--work", default=None, help="cubins and hand-over files (default OUT/work)")
-    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p = runner_parser("python -m tlm.measure.cuda_plan", __doc__.splitlines()[0], "plan",
+                      "compile + run at most this long (a hang is an error)")
     args = p.parse_args(argv)
     plan, out = Path(args.plan), Path(args.out)
     if args.child:

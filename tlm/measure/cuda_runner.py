@@ -226,16 +226,24 @@ def last_line(path: Path) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tlm.measure.cuda_runner", description=__doc__.splitlines()[0])
-    p.add_argument("bundle")
+def runner_parser(prog: str, description: str, source: str, seconds_help: str) -> argparse.ArgumentParser:
+    """The command line the GPU machine's runners share (this one and tlm.measure.cuda_plan):
+    SOURCE --out DIR [--seconds S] [--jobs N] [--compile-only] [--work DIR] (and the hidden --child)."""
+    p = argparse.ArgumentParser(prog=prog, description=description)
+    p.add_argument(source)
     p.add_argument("--out", required=True)
-    p.add_argument("--seconds", type=float, default=420.0, help="stop compiling and measuring after this long")
+    p.add_argument("--seconds", type=float, default=420.0, help=seconds_help)
     p.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="nvcc processes")
-    p.add_argument("--hang-seconds", type=float, default=30.0)
     p.add_argument("--compile-only", action="store_true", help="compile and check resources only (no GPU)")
     p.add_argument("--work", default=None, help="cubins and hand-over files (default OUT/work)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = runner_parser("python -m tlm.measure.cuda_runner", __doc__.splitlines()[0], "bundle",
+                      "stop compiling and measuring after this long")
+    p.add_argument("--hang-seconds", type=float, default=30.0)
     args = p.parse_args(argv)
     bundle, out = Path(args.bundle), Path(args.out)
     if args.child:
