@@ -71,7 +71,6 @@ def profile(artifact: str, shapes: list[str], rounds: int) -> dict:
     vm["main"](*args)  # warm, and the kernels' arguments
     plain["main"](*args)
     record["on"] = False
-    inside.clear()
     for _, func, call_args in calls:
         func(*call_args)
     whole, instrumented = [], []
@@ -81,11 +80,11 @@ def profile(artifact: str, shapes: list[str], rounds: int) -> dict:
         t0 = time.perf_counter()
         plain["main"](*args)
         whole.append(time.perf_counter() - t0)
-        before = {k: sum(v) for k, v in inside.items()}
+        inside.clear()
         t0 = time.perf_counter()
         vm["main"](*args)
         instrumented.append(time.perf_counter() - t0)
-        per_round.append({k: sum(v) - before.get(k, 0.0) for k, v in inside.items()})
+        per_round.append({k: sum(v) for k, v in inside.items()})
         this = collections.defaultdict(float)
         for symbol, func, call_args in calls:
             func(*call_args)  # twice, the second timed: its inputs and weights warm
@@ -107,8 +106,8 @@ def profile(artifact: str, shapes: list[str], rounds: int) -> dict:
         "kernels_inside_ms": round(sum(kernels.values()), 4),
         "kernels_alone_ms": round(sum(alone_ms.values()), 4),
         "builtins_ms": round(sum(builtins.values()), 4),
-        "kernel_calls": len(calls), "builtin_calls": len(inside) and sum(
-            len(v) for k, v in inside.items() if k.startswith("vm.")) // rounds,
+        "kernel_calls": len(calls),
+        "builtin_calls": sum(len(v) for k, v in inside.items() if k.startswith("vm.")),  # the last round's
         "top": sorted(({"kernel": k, "calls": count[k], "inside_ms": round(v, 4), "alone_ms": round(alone_ms.get(k, 0), 4)}
                        for k, v in kernels.items()), key=lambda r: -r["inside_ms"])[:15],
     }
