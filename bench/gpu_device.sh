@@ -9,8 +9,10 @@
 # (tlm.model.demos.write_demos) and brings both back as $OUT/tlm-base.tar and tlm-ft.tar (STEPS, FT_EPOCHS).
 # PLANS="DIR ..." then runs whole-model GPU plans (`tlm gpu plan WORKLOAD --out DIR` made them here):
 # each `python3 -m tlm.measure.cuda_plan DIR --out /tmp/tlm-plan/NAME` (compile, check against the
-# CPU's output, time: whole plan, CUDA graph, per step; PLAN_SECONDS, default 240) brings back
-# $OUT/NAME-plan.json (NAME: the folder's name). A plan is at most 48 MiB: weights are regenerated there.
+# CPU's output, time: whole plan, CUDA graph, per step; PLAN_SECONDS, default 240) adds one line
+# to $OUT/plans.jsonl (its plan-result.json, "plan": NAME, the folder's name). A plan is at most
+# 48 MiB: weights are regenerated there. Order: TRAIN, PLANS, PyTorch, then the bundles; with
+# BUDGET=S (seconds for the whole script) each bundle runs for what is left, 45 s kept for the end.
 # The tracked tree is over the 64 MiB a call carries: `bash tools/device_tree.sh drop` before the
 # session's device calls, `restore` after (no commit in between).
 set -u
@@ -33,10 +35,26 @@ mkdir -p "$OUT"
     rm -rf $M/base/checkpoint  # one tar per model: a file that comes back holds 16 MiB at most
     for m in base ft; do tar -C $M -cf "$OUT/tlm-$m.tar" $m && ls -la "$OUT/tlm-$m.tar"; done
   fi
+  for p in ${PLANS:-}; do
+    name=$(basename "$p")
+    timeout $(( ${PLAN_SECONDS:-240} + 60 )) python3 -m tlm.measure.cuda_plan "$p" --out "/tmp/tlm-plan/$name" \
+      --seconds "${PLAN_SECONDS:-240}"
+    echo "plan $name rc $?"
+    [ -f "/tmp/tlm-plan/$name/plan-result.json" ] && python3 -c "import json, sys; r = json.load(open(sys.argv[1])); r['plan'] = sys.argv[2]; print(json.dumps(r))" \
+      "/tmp/tlm-plan/$name/plan-result.json" "$name" >> "$OUT/plans.jsonl"
+    tail -3 "/tmp/tlm-plan/$name/child.log" 2>/dev/null
+  done
+  if [ "${PYTORCH:-1}" = 1 ]; then
+    extra=""; [ "${COMPILE:-0}" = 1 ] && extra="--compile"
+    timeout ${PYTORCH_SECONDS:-240} python3 bench/gpu_pytorch.py --out "$OUT/pytorch.json" $extra
+  fi
   for arg in "$@"; do
-    b=${arg%%:*}; secs=${SECONDS_PER_BUNDLE:-360}
+    b=${arg%%:*}; secs=${SECONDS_PER_BUNDLE:-360}; name=$(basename "$b")
     [ "$b" != "$arg" ] && secs=${arg#*:}
-    name=$(basename "$b")
+    if [ -n "${BUDGET:-}" ]; then
+      left=$(( BUDGET - SECONDS - 45 )); [ $left -lt $secs ] && secs=$left
+      [ $secs -lt 30 ] && { echo "bundle $name skipped: ${left}s left of BUDGET=$BUDGET"; continue; }
+    fi
     timeout $(( secs + 90 )) python3 -m tlm.measure.cuda_runner "$b" --out "/tmp/tlm-run/$name" \
       --work "/tmp/tlm-work/$name" --seconds "$secs"
     for f in results.jsonl summary.json; do
@@ -44,17 +62,5 @@ mkdir -p "$OUT"
     done
     tail -3 "/tmp/tlm-run/$name/child.log" 2>/dev/null
   done
-  for p in ${PLANS:-}; do
-    name=$(basename "$p")
-    timeout $(( ${PLAN_SECONDS:-240} + 60 )) python3 -m tlm.measure.cuda_plan "$p" --out "/tmp/tlm-plan/$name" \
-      --seconds "${PLAN_SECONDS:-240}"
-    echo "plan $name rc $?"
-    cp "/tmp/tlm-plan/$name/plan-result.json" "$OUT/$name-plan.json" 2>/dev/null
-    tail -3 "/tmp/tlm-plan/$name/child.log" 2>/dev/null
-  done
-  if [ "${PYTORCH:-1}" = 1 ]; then
-    extra=""; [ "${COMPILE:-0}" = 1 ] && extra="--compile"
-    timeout ${PYTORCH_SECONDS:-240} python3 bench/gpu_pytorch.py --out "$OUT/pytorch.json" $extra
-  fi
   date -u
 } 2>&1 | tee "$OUT/log.txt"

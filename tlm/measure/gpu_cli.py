@@ -30,6 +30,8 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
     report = ingest_results(args.bundle, args.results, args.db, args.corpus, card=args.card)
     print(report)
+    if args.corpus is None and not report.skipped:
+        print(f"no --corpus: the records are in {args.db} only, no shard written")
     return 0
 
 
@@ -52,7 +54,9 @@ def register_cli(sub) -> None:
     p.add_argument("bundle")
     p.add_argument("results", help="the run's --out folder")
     p.add_argument("--db", default="work/gpu/db", help="work database (not in git)")
-    p.add_argument("--corpus", default="data/corpus", help="where the shards go")
+    p.add_argument("--corpus", default=None,
+                   help="where the shards go (data/corpus for training tasks; none by default: a held-out "
+                        "bundle's records must never reach the corpus)")
     p.add_argument("--card", default=None,
                    help="the card measured on, when not the bundle's (its programs must be the same: h200 -> h100)")
     p.set_defaults(func=_cmd_ingest)
