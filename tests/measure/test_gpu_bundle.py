@@ -197,6 +197,22 @@ def test_bundle_compiles_here(bundle, tmp_path):
             assert all(c["prefix"] + k["name"] in f["resources"] for k in c["kernels"])
 
 
+def test_a_kept_bundle_tells_its_tasks_by_its_manifest(bundle, tmp_path):
+    """--skip reads a bundle's built entries, or its manifest alone (as kept in results/gpu/bundles)."""
+    import shutil
+
+    from tlm.measure.cuda_measure import MANIFEST
+    from tlm.measure.gpu_bundle import bundle_hashes
+
+    out, tasks, _ = bundle
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    shutil.copy(out / MANIFEST, kept / MANIFEST)
+    assert bundle_hashes(out) == bundle_hashes(kept) == {t.hash for t in tasks}
+    with pytest.raises(TlmError, match="not a GPU bundle"):
+        bundle_hashes(tmp_path / "nothing")
+
+
 def _fake_run(folder, manifest, device="NVIDIA H200"):
     """Results as the runner writes them, made up here: a unit test of the ingest's bookkeeping
     (no GPU measured these numbers)."""
@@ -228,6 +244,10 @@ def test_ingest_files_records_under_the_card_once(bundle, tmp_path):
     assert "nothing ingested" in str(ingest_results(out, tmp_path / "run", str(tmp_path / "db"), str(tmp_path / "corpus")))
     with open_db(str(tmp_path / "db")) as db:
         assert db.count() == 6
+    # One contender's programs alone (a held-out bundle's), into a database only: no shard without a corpus.
+    none = ingest_results(out, tmp_path / "run", str(tmp_path / "db-tlm"), None, proposer="tlm")
+    some = ingest_results(out, tmp_path / "run", str(tmp_path / "db-random"), None, proposer="random")
+    assert (none.records, some.records, none.shards, some.shards) == (0, 6, [], [])
     _fake_run(tmp_path / "other", manifest, device="NVIDIA H100 80GB HBM3")
     with pytest.raises(TlmError, match="measured on"):
         ingest_results(out, tmp_path / "other", str(tmp_path / "db"), None)

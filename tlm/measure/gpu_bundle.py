@@ -327,11 +327,24 @@ def bundle_tasks(sources: list[str], target: TargetInfo, hold_out: str, limit: i
     return tasks[:limit] if limit else tasks
 
 
+def bundle_hashes(bundle: str | Path) -> set[str]:
+    """The tasks of a bundle: its built entries, or (a bundle kept without them, as in
+    results/gpu/bundles) its manifest's."""
+    from tlm.measure.cuda_measure import read_manifest
+
+    found = {p.stem for p in (Path(bundle) / "tasks").glob("*.json")}
+    if not found and (Path(bundle) / MANIFEST).exists():
+        found = {e["hash"] for e in read_manifest(bundle)["tasks"]}
+    if not found:
+        raise TlmError(f"--skip {bundle}: not a GPU bundle (no tasks/ and no {MANIFEST})")
+    return found
+
+
 def _cmd_bundle(args: argparse.Namespace) -> int:
     cfg = BundleConfig(target=args.target, per_task=args.per_task, seed=args.seed, jobs=args.jobs,
                        task_seconds=args.task_seconds, candidates=args.candidates)
     target = resolve_target(args.target)
-    skip = {p.stem for b in args.skip for p in (Path(b) / "tasks").glob("*.json")}
+    skip = {h for b in args.skip for h in bundle_hashes(b)}
     tasks = [t for t in bundle_tasks(args.sources, target, args.hold_out, None) if t.hash not in skip]
     tasks = tasks[: args.limit] if args.limit else tasks
     manifest = build_bundle(tasks, cfg, args.out)

@@ -28,7 +28,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_ingest(args: argparse.Namespace) -> int:
     from tlm.measure.gpu_ingest import ingest_results
 
-    report = ingest_results(args.bundle, args.results, args.db, args.corpus, card=args.card)
+    report = ingest_results(args.bundle, args.results, args.db, args.corpus, card=args.card, proposer=args.proposer)
     print(report)
     if args.corpus is None and not report.skipped:
         print(f"no --corpus: the records are in {args.db} only, no shard written")
@@ -59,4 +59,6 @@ def register_cli(sub) -> None:
                         "bundle's records must never reach the corpus)")
     p.add_argument("--card", default=None,
                    help="the card measured on, when not the bundle's (its programs must be the same: h200 -> h100)")
+    p.add_argument("--proposer", default=None,
+                   help="only this proposer's programs (tlm, metaschedule, random): one contender of a held-out bundle")
     p.set_defaults(func=_cmd_ingest)

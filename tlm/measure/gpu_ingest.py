@@ -53,10 +53,12 @@ def same_code(a: dict, b: dict) -> bool:
 
 
 def ingest_results(bundle: str | Path, results: str | Path, db_dir: str, corpus: str | None,
-                   card: str | None = None) -> GpuIngestReport:
+                   card: str | None = None, proposer: str | None = None) -> GpuIngestReport:
     """`card`: the card the results were measured on when it is not the bundle's (a bundle built
     for the H200 measured on an H100): allowed when both generate the same code (same_code), and
-    the records are filed under that card."""
+    the records are filed under that card. `proposer`: only the programs of that proposer (a
+    held-out bundle holds several contenders' programs; one database each, for a whole-model plan
+    of each contender's picks)."""
     from tlm.measure.database import open_db
     from tlm.measure.cuda_measure import read_lines, read_manifest
     from tlm.measure.gpu_bundle import read_tasks
@@ -93,21 +95,21 @@ def ingest_results(bundle: str | Path, results: str | Path, db_dir: str, corpus:
     sentences = {(e["hash"], c["id"]): (c["sentence"], c.get("proposer", "random"))
                  for e in manifest["tasks"] for c in e.get("candidates", [])}
     text = res_file.read_bytes()
-    digest = hashlib.sha256(text).hexdigest()[:16]
+    digest = hashlib.sha256(text + (proposer or "").encode()).hexdigest()[:16]
     lines = [r for r in read_lines(res_file) if r.get("k") != "ref"]
     out: list = []
     prompts: dict[str, tuple[int, str]] = {}
     for r in lines:
         task = tasks.get(r["t"])
-        sentence, proposer = sentences.get((r["t"], r["k"]), (None, None))
-        if task is None or sentence is None:
+        sentence, by = sentences.get((r["t"], r["k"]), (None, None))
+        if task is None or sentence is None or (proposer and by != proposer):
             continue
         if card:  # the prompt names the card measured on (the decisions are the same programs)
             if r["t"] not in prompts:  # once per task: (words of the bundle's prompt, the card's prompt)
                 prompts[r["t"]] = (len(prompt_tokens(task, built)), " ".join(prompt_tokens(task, measured)))
             n, prompt = prompts[r["t"]]
             sentence = " ".join([prompt, *sentence.split()[n:]])
-        cand = Candidate(task, proposer=proposer, sentence=sentence)
+        cand = Candidate(task, proposer=by, sentence=sentence)
         out.append(MeasureResult(cand, None, [float(x) for x in r.get("lat") or []], r.get("err")))
     with open_db(db_dir) as db:
         if digest in db.get_meta(_META, []):
