@@ -107,6 +107,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # ~45 s (a tracker and a server start, then a measurer through them): make test-all
 def test_rpc_localhost(host, matmul32):
     """A TVM tracker and one server on localhost; the measurer sends its work through them.
 
