@@ -54,11 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--other-hardware", action="store_true",
                    help="take the held-out tasks of a run measured on another CPU (its MetaSchedule@64 "
                         "latencies are not this CPU's: the MS@64 columns stay empty)")
+    p.add_argument("--skip-changed", action="store_true",
+                   help="leave out the held-out tasks whose definitions changed since the run (else an error)")
     args = p.parse_args(argv)
 
     from types import SimpleNamespace
 
     from bench.learning import Bench, _geomean
+    from tlm.errors import TlmError
     from tlm.eval.heldout import read_tasks
     from tlm.graph.extract import tasks_for_source
     from tlm.graph.target import resolve_target
@@ -78,7 +81,15 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit(f"bench/first_choice.py: {run} was measured on {cfg.get('hardware')}, not on this {hw} "
                  "(--other-hardware: its tasks without its MetaSchedule latencies)")
     tbw = {w: tasks_for_source(w, target=target).tasks for w in cfg["workloads"]}
-    picked = read_tasks(run / "heldout" / "tasks.json", tbw)[: args.tasks]
+    try:
+        picked = read_tasks(run / "heldout" / "tasks.json", tbw, skip_missing=args.skip_changed)
+    except TlmError as err:
+        sys.exit(f"bench/first_choice.py: {err} (or --skip-changed)")
+    n_all = len(json.loads((run / "heldout" / "tasks.json").read_text()))
+    if len(picked) < n_all:
+        print(f"note: {n_all - len(picked)} of {n_all} held-out tasks of {run} are no longer extracted "
+              "(task definitions changed); the others are benchmarked", file=sys.stderr)
+    picked = picked[: args.tasks]
     ms64 = {}
     if cfg.get("hardware") == hw:  # another CPU's MetaSchedule latencies are not this one's
         with open(run / "heldout.csv", newline="") as f:

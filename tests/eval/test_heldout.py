@@ -69,6 +69,11 @@ def test_rows_report_and_targets_from_databases(tmp_path):
     picked = [("bert_base", a), ("gpt2", b)]
     write_tasks(tmp_path / "tasks.json", picked)
     assert read_tasks(tmp_path / "tasks.json", {"x": [b, a]}) == [("bert_base", a), ("gpt2", b)]
+    from tlm.errors import TlmError
+
+    with pytest.raises(TlmError, match="1 held-out tasks are no longer extracted"):  # a definition changed
+        read_tasks(tmp_path / "tasks.json", {"x": [a]})
+    assert read_tasks(tmp_path / "tasks.json", {"x": [a]}, skip_missing=True) == [("bert_base", a)]
     root = tmp_path / "dbs"
     lat = {  # us per task: a, b (None: no correct program)
         "tlm@0": ([300], [40]), "tlm@1": ([200], [30]), "tlm@10": ([100, 90], [20]),

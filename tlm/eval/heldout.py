@@ -78,14 +78,18 @@ def write_tasks(path: Path, picked: list[tuple[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
-def read_tasks(path: Path, tasks_by_workload: dict[str, list]) -> list[tuple[str, Any]]:
-    """The chosen (workload, task) of an earlier run, looked up in today's tasks by hash."""
+def read_tasks(path: Path, tasks_by_workload: dict[str, list], skip_missing: bool = False) -> list[tuple[str, Any]]:
+    """The chosen (workload, task) of an earlier run, looked up in today's tasks by hash (with
+    skip_missing, those still extracted: a benchmark that only compares contenders among
+    themselves may go on without the tasks whose definitions changed)."""
     from tlm.errors import TlmError
 
     by_hash = {t.hash: (w, t) for w, ts in tasks_by_workload.items() for t in ts}
     rows = json.loads(path.read_text())
     missing = [r["name"] for r in rows if r["hash"] not in by_hash]
-    if missing:
+    if skip_missing:
+        rows = [r for r in rows if r["hash"] in by_hash]
+    elif missing:
         raise TlmError(f"{path}: {len(missing)} held-out tasks are no longer extracted (e.g. {missing[0]}); "
                        "task definitions changed: use another --out")
     return [(r["workload"], by_hash[r["hash"]][1]) for r in rows]
