@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
            + (f" --top-k {args.top_k}" if args.top_k else "")
            + (f" --cost-models {' '.join(args.cost_models)}" if args.cost_models else "")
            + (f" --work {args.work}" if args.work else "") + (f" --heldout {args.heldout}" if args.heldout else "")
-           + (" --other-hardware" if args.other_hardware else "") + f" --name {args.name}`")
+           + (" --other-hardware" if args.other_hardware else "") + (" --skip-changed" if args.skip_changed else "") + f" --name {args.name}`")
     gens = ", ".join(f"{k} = `{v}`" for k, v in models.items())
     lines = [f"# TLM's first choice on held-out tasks ({hw})", "",
              f"{len(picked)} held-out tasks of `{run}` x seeds {args.seeds} = {len(per_task)} first choices per "
