@@ -82,14 +82,9 @@ def main(argv: list[str] | None = None) -> int:
                  "(--other-hardware: its tasks without its MetaSchedule latencies)")
     tbw = {w: tasks_for_source(w, target=target).tasks for w in cfg["workloads"]}
     try:
-        picked = read_tasks(run / "heldout" / "tasks.json", tbw, skip_missing=args.skip_changed)
+        picked = read_tasks(run / "heldout" / "tasks.json", tbw, skip_missing=args.skip_changed)[: args.tasks]
     except TlmError as err:
         sys.exit(f"bench/first_choice.py: {err} (or --skip-changed)")
-    n_all = len(json.loads((run / "heldout" / "tasks.json").read_text()))
-    if len(picked) < n_all:
-        print(f"note: {n_all - len(picked)} of {n_all} held-out tasks of {run} are no longer extracted "
-              "(task definitions changed); the others are benchmarked", file=sys.stderr)
-    picked = picked[: args.tasks]
     ms64 = {}
     if cfg.get("hardware") == hw:  # another CPU's MetaSchedule latencies are not this one's
         with open(run / "heldout.csv", newline="") as f:

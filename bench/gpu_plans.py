@@ -25,11 +25,11 @@ from pathlib import Path
 LABELS = {"dlight": "dlight (0 measurements)", "tlm": "TLM@10g", "metaschedule": "MetaSchedule@64g"}
 
 
-def split_name(plan: str, workloads: list[str]) -> tuple[str, str]:
-    """'bert_base-b1-s128-tlm' -> ('bert_base-b1-s128', 'tlm') (the longest workload it starts with)."""
-    for w in sorted(workloads, key=len, reverse=True):
-        if plan.startswith(w + "-"):
-            return w, plan[len(w) + 1:]
+def split_name(plan: str, workload: str | None) -> tuple[str, str]:
+    """('bert_base-b1-s128-tlm', 'bert_base-b1-s128') -> ('bert_base-b1-s128', 'tlm'); a plan that
+    could not be read names no workload: its folder's name up to the last '-'."""
+    if workload and plan.startswith(workload + "-"):
+        return workload, plan[len(workload) + 1:]
     head, _, tail = plan.rpartition("-")
     return head, tail
 
@@ -45,7 +45,7 @@ def report(run: Path) -> tuple[dict, list[str]]:
     ptw = pt.get("workloads", {})
     rows = []
     for r in plans:
-        w, sched = split_name(r["plan"], list(ptw) + [r.get("source") or ""])
+        w, sched = split_name(r["plan"], r.get("source"))  # source: the plan's workload
         eager = ptw.get(w, {}).get("eager_ms")
         graph = r.get("graph_median_ms")
         rows.append({"workload": w, "schedules": sched, "checked": r.get("checked"), "wrong": r.get("wrong"),

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,9 @@ def read_tasks(path: Path, tasks_by_workload: dict[str, list], skip_missing: boo
     rows = json.loads(path.read_text())
     missing = [r["name"] for r in rows if r["hash"] not in by_hash]
     if skip_missing:
+        if missing:  # said, not silent
+            print(f"note: {len(missing)} of {len(rows)} held-out tasks of {path} are no longer extracted "
+                  f"(task definitions changed, e.g. {missing[0]}); the others are kept", file=sys.stderr)
         rows = [r for r in rows if r["hash"] in by_hash]
     elif missing:
         raise TlmError(f"{path}: {len(missing)} held-out tasks are no longer extracted (e.g. {missing[0]}); "
