@@ -23,16 +23,12 @@ from tlm.space.design import plain_json
 
 def tune_context(task: Task, target, strategy: str | None = None, seed: int | None = None):
     """MetaSchedule's TuneContext of a task: its design spaces, postprocessors, search strategy."""
-    from tvm.s_tir import meta_schedule as ms
-
-    from tlm.space.design import space_generator
-    from tlm.space.inline import space_mod
+    from tlm.space.design import space_context
     from tlm.space.intrin import light_tensor_intrin
 
     light_tensor_intrin()
-    return ms.TuneContext(  # the same spaces as tlm's own
-        mod=space_mod(task, target), target=target.tvm(), space_generator=space_generator(target),
-        search_strategy=strategy, task_name=task.name, num_threads=max(1, target.cores if target.kind == "llvm" else (os.cpu_count() or 1)),
+    return space_context(  # the same spaces as tlm's own
+        task, target, search_strategy=strategy, num_threads=max(1, target.cores if target.kind == "llvm" else (os.cpu_count() or 1)),
         rand_state=-1 if seed is None else int(seed) % (2**31 - 1),  # TVM takes an int64; task seeds are wider
     )
 

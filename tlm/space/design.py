@@ -87,16 +87,12 @@ class TaskSpace:
     """The design spaces of one task on one target, with what a replay needs."""
 
     def __init__(self, task: Task, target: TargetInfo):
-        from tlm.space.inline import space_mod
         from tlm.space.intrin import light_tensor_intrin
 
         light_tensor_intrin()
-        from tvm.s_tir import meta_schedule as ms
-
         self.task, self.target = task, target
-        gen = space_generator(target)
-        try:  # CPU spaces compute costly math that two blocks read once (tlm.space.inline)
-            ctx = ms.TuneContext(mod=space_mod(task, target), target=target.tvm(), space_generator=gen, task_name=task.name, num_threads=1)
+        try:
+            ctx = space_context(task, target, num_threads=1)
             spaces = ctx.generate_design_space()
         except Exception as err:  # TVM errors carry long C++ traces; keep one line
             raise TlmError(f"no design space for task {task.name}: {_line(err)}") from None
@@ -132,6 +128,21 @@ def space_generator(target: TargetInfo):
     # The tensor-core rules need the CUDA intrinsics (a 25 s import); plain CUDA rules give the
     # SIMT spaces with thread binding.
     return ms.space_generator.PostOrderApply(sch_rules="cuda", postprocs="cuda", mutator_probs="cuda")
+
+
+def space_context(task: Task, target: TargetInfo, **kwargs):
+    """MetaSchedule's TuneContext of a task's design spaces, the same for every tuner (tlm's,
+    random, MetaSchedule's): CPU spaces compute costly math that two blocks read once
+    (tlm.space.inline) and a task of little work has no parallel loop (tlm.space.serial)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from tlm.space.inline import space_mod
+    from tlm.space.serial import is_serial, serial_generator
+
+    mod, gen = space_mod(task, target), space_generator(target)
+    if is_serial(task, target):  # the target's default rules, resolved by a context of their own
+        gen = serial_generator(ms.TuneContext(mod=mod, target=target.tvm(), space_generator=gen, task_name=task.name))
+    return ms.TuneContext(mod=mod, target=target.tvm(), space_generator=gen, task_name=task.name, **kwargs)
 
 
 def task_space(task: Task, target: TargetInfo | None = None) -> TaskSpace:
