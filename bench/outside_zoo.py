@@ -8,7 +8,7 @@ PyTorch eager and ONNX Runtime in one interleaved run.
 
 Each (model, budget) cell compiles and checks in its own process with a time limit and is
 written to `--run/CELL.json` when it ends, so a killed battery resumes where it stopped (`--redo`
-runs cells again). Then, per model, one process times every budget's library, PyTorch eager and
+runs cells again from an empty database). Then, per model, one process times every budget's library, PyTorch eager and
 ONNX Runtime in one interleaved run (`--no-time` skips this step, `--time-only` runs only it,
 for a quiet host; the host's load average is recorded with the figures). A cell ends as `ok` (output matches), `mismatch` (the worst outcome: wrong output),
 `refused` (a one-line `TlmError`, the operator named), `crash` (any other exception: a bug, the
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -263,9 +264,14 @@ def run_battery(names: list[str], budgets: list[str], run: Path, timeout: int, r
             path = _cell_path(run, name, budget)
             if path.exists() and not redo:
                 continue
+            db = run / "dbs" / f"{name}@{budget}"
+            if path.exists():  # a redo starts from nothing: the old database's picks would be reused
+                for old in (db, Path(f"{db}-onnx")):
+                    shutil.rmtree(old, ignore_errors=True)
+                Path(f"{db}.so").unlink(missing_ok=True)
             print(f"[{time.strftime('%H:%M:%S')}] {name} @ {budget}", flush=True)
             cmd = [sys.executable, __file__, "--cell", name, "--budget", budget, "--rounds", str(rounds),
-                   "--db", str(run / "dbs" / f"{name}@{budget}"), "--out", str(path)]
+                   "--db", str(db), "--out", str(path)]
             t0 = time.perf_counter()
             try:
                 proc = subprocess.run(cmd, timeout=timeout, capture_output=True, text=True, start_new_session=True)
