@@ -24,9 +24,7 @@ from tlm.space.design import plain_json
 def tune_context(task: Task, target, strategy: str | None = None, seed: int | None = None):
     """MetaSchedule's TuneContext of a task: its design spaces, postprocessors, search strategy."""
     from tlm.space.design import space_context
-    from tlm.space.intrin import light_tensor_intrin
 
-    light_tensor_intrin()
     return space_context(  # the same spaces as tlm's own
         task, target, search_strategy=strategy, num_threads=max(1, target.cores if target.kind == "llvm" else (os.cpu_count() or 1)),
         rand_state=-1 if seed is None else int(seed) % (2**31 - 1),  # TVM takes an int64; task seeds are wider

@@ -87,9 +87,6 @@ class TaskSpace:
     """The design spaces of one task on one target, with what a replay needs."""
 
     def __init__(self, task: Task, target: TargetInfo):
-        from tlm.space.intrin import light_tensor_intrin
-
-        light_tensor_intrin()
         self.task, self.target = task, target
         try:
             ctx = space_context(task, target, num_threads=1)
@@ -137,8 +134,10 @@ def space_context(task: Task, target: TargetInfo, **kwargs):
     from tvm.s_tir import meta_schedule as ms
 
     from tlm.space.inline import space_mod
+    from tlm.space.intrin import light_tensor_intrin
     from tlm.space.serial import is_serial, serial_generator
 
+    light_tensor_intrin()  # the spaces' tensor intrinsics, registered once per process
     mod, gen = space_mod(task, target), space_generator(target)
     if is_serial(task, target):  # the target's default rules, resolved by a context of their own
         gen = serial_generator(ms.TuneContext(mod=mod, target=target.tvm(), space_generator=gen, task_name=task.name))
