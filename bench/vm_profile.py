@@ -48,6 +48,8 @@ def profile(artifact: str, shapes: list[str], rounds: int) -> dict:
     import tvm
     from tvm import relax
 
+    import tlm  # noqa: F401 - before any kernel runs: TVM's pool gets the host's cores, as tlm.compile's does
+
     dev = tvm.cpu()
     lib = tvm.runtime.load_module(artifact)
     plain, vm = relax.VirtualMachine(lib, dev), relax.VirtualMachine(lib, dev)
@@ -106,7 +108,7 @@ def profile(artifact: str, shapes: list[str], rounds: int) -> dict:
         "kernels_inside_ms": round(sum(kernels.values()), 4),
         "kernels_alone_ms": round(sum(alone_ms.values()), 4),
         "builtins_ms": round(sum(builtins.values()), 4),
-        "kernel_calls": len(calls),
+        "kernel_calls": len(calls), "threads": int(tvm.runtime.num_threads()),
         "builtin_calls": sum(len(v) for k, v in inside.items() if k.startswith("vm.")),  # the last round's
         "top": sorted(({"kernel": k, "calls": count[k], "inside_ms": round(v, 4), "alone_ms": round(alone_ms.get(k, 0), 4)}
                        for k, v in kernels.items()), key=lambda r: -r["inside_ms"])[:15],

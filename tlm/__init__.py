@@ -14,7 +14,12 @@ The stages, in pipeline order (a stage imports only itself and the stages above 
 """
 
 from tlm.errors import TlmError
+from tlm.graph.target import use_host_threads
 from tlm.graph.tasks import Task
+
+# Compiled models run on all the host's cores, as PyTorch and ONNX Runtime do; TVM alone would
+# give its pool half the logical CPUs (one thread on a 2-core host). Measurements set their own.
+use_host_threads()
 
 __version__ = "0.1.0"
 

@@ -55,3 +55,41 @@ def test_arch_and_features_come_from_the_target_dict():
     assert arm.arch == "aarch64" and "neon" in arm.features and "avx2" not in arm.features
     assert resolve_target("a100").arch == "" and resolve_target("a100").features == ()
     assert icx.to_json()["features"] == list(icx.features)
+
+
+def _threads_in_fresh_process(env_update: dict[str, str]) -> int:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "OMP_NUM_THREADS")}
+    env.update(env_update)
+    code = "import tlm; from tlm.graph.target import runtime_threads; print(runtime_threads())"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return int(out.stdout.split()[-1])
+
+
+@pytest.mark.tvm
+def test_importing_tlm_gives_tvm_the_host_cores():
+    """TVM alone would run one thread on a 2-core host (half the logical CPUs on x86)."""
+    import os
+
+    assert _threads_in_fresh_process({}) == len(os.sched_getaffinity(0))
+
+
+@pytest.mark.tvm
+def test_a_users_thread_setting_is_kept():
+    assert _threads_in_fresh_process({"TVM_NUM_THREADS": "1"}) == 1
+    assert _threads_in_fresh_process({"OMP_NUM_THREADS": "1"}) == 1
+
+
+def test_tvm_default_threads_is_half_the_logical_cpus_on_x86(monkeypatch):
+    import platform
+
+    from tlm.graph import target
+
+    monkeypatch.setattr(target.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    assert target.tvm_default_threads() == 1
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    assert target.tvm_default_threads() == 2

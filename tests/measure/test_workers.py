@@ -56,3 +56,22 @@ def test_a_busy_worker_dies_with_its_killed_parent():
             parent.wait()
         if worker is not None and alive(worker):
             os.kill(worker, signal.SIGKILL)
+
+
+def test_timed_runs_use_the_measurement_threads_not_the_parents():
+    """tlm gives its own process the host's cores (TVM_NUM_THREADS); a measurement worker runs
+    with MeasureConfig.threads (1 on a 2-core host by default), whatever the parent says."""
+    import functools
+
+    from tvm.runtime import num_threads
+    from tvm.support.popen_pool import PopenPoolExecutor
+
+    from tlm.measure.workers import warm_worker
+
+    assert os.environ.get("TVM_NUM_THREADS")  # set by `import tlm` (or by the user)
+    for threads in {1, len(os.sched_getaffinity(0))}:  # TVM runs at most as many as there are CPUs
+        pool = PopenPoolExecutor(max_workers=1, timeout=60, initializer=functools.partial(warm_worker, threads=threads))
+        try:
+            assert pool.submit(num_threads).result() == threads
+        finally:
+            pool.shutdown()

@@ -284,7 +284,7 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
     from tlm.errors import interrupted, quiet_stderr
     from tlm.graph.diagnose import BUILD, RUN, explain
     from tlm.graph.extract import extract_from_relax
-    from tlm.graph.target import resolve_target
+    from tlm.graph.target import resolve_target, runtime_threads
     from tlm.measure.database import open_db
     from tlm.space.intrin import light_tensor_intrin
 
@@ -325,10 +325,14 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
         raise TlmError(explain(err, f"running the compiled model {artifact}", RUN)) from None
     model = CompiledModel(vm=vm, artifact=os.path.abspath(artifact), latency_ms=0.0, max_abs_diff=None,
                           tolerance=None, tasks=len(tasks), tuned_tasks=tuned, measurements=measurements,
-                          threads=info.cores, target=info.config, task_rows=rows, db=os.path.abspath(db),
+                          threads=runtime_threads(), target=info.config, task_rows=rows, db=os.path.abspath(db),
                           greedy_tasks=sum(1 for r in rows if r["status"] == "greedy"))
     if (note := model.untuned_note()) is not None:  # never silent: the user may expect tuned code
         warnings.warn(note, stacklevel=2)
+    if info.kind == "llvm" and model.threads < info.cores:  # PyTorch and ONNX Runtime get as many
+        warnings.warn(f"TVM runs this model on {model.threads} of the target's {info.cores} cores (its thread "
+                      "pool started before tlm was imported, or TVM_NUM_THREADS/OMP_NUM_THREADS says so)",
+                      stacklevel=2)
     want = np.asarray(imported.reference(imported.inputs))
     if got.shape != want.shape:
         raise TlmError(f"compiled output shape {got.shape} differs from the reference {want.shape}")
@@ -339,9 +343,9 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
     model.latency_ms = float(statistics.median(timer(*args).results)) * 1e3
     if cfg.compare:
         if imported.torch_module is not None:
-            model.pytorch_ms = _pytorch_ms(imported.torch_module, imported.example_inputs, info.cores, cfg)
+            model.pytorch_ms = _pytorch_ms(imported.torch_module, imported.example_inputs, model.threads, cfg)
         try:
-            model.onnxruntime_ms, model.onnxruntime_note = _onnxruntime_ms(imported, info.cores, cfg)
+            model.onnxruntime_ms, model.onnxruntime_note = _onnxruntime_ms(imported, model.threads, cfg)
         except Exception as err:  # a comparison that cannot run is reported, not fatal
             model.onnxruntime_note = f"{type(err).__name__}: {str(err).strip()[:200]}"
     return model

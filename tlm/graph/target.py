@@ -99,6 +99,37 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+# TVM sizes its CPU thread pool once per process, when the first parallel kernel runs: from
+# TVM_NUM_THREADS, else OMP_NUM_THREADS, else half of std::thread::hardware_concurrency() on x86
+# (it assumes two hyperthreads per core; src/runtime/threading_backend.cc, MaxConcurrency). On a
+# 2-vCPU host without SMT that is ONE thread, while PyTorch and ONNX Runtime use both.
+THREADS_ENV = "TVM_NUM_THREADS"
+
+
+def use_host_threads() -> None:
+    """Make TVM's thread pool in this process (and in the processes it starts) use the host's
+    cores, unless the user set TVM_NUM_THREADS or OMP_NUM_THREADS. No effect once the pool has
+    started: `runtime_threads()` says what it runs with."""
+    if THREADS_ENV not in os.environ and "OMP_NUM_THREADS" not in os.environ:
+        os.environ[THREADS_ENV] = str(_cores())
+
+
+def tvm_default_threads() -> int:
+    """The threads TVM gives its pool when nothing sets them (see THREADS_ENV): how MetaSchedule
+    measures, and how every record in the corpus was measured."""
+    import platform
+
+    n = os.cpu_count() or 1
+    return max(1, n // 2) if platform.machine().lower() in ("x86_64", "amd64", "i386", "i686") else n
+
+
+def runtime_threads() -> int:
+    """The threads TVM's CPU runtime runs parallel kernels with in this process (starts the pool)."""
+    import tvm
+
+    return int(tvm.runtime.num_threads())
+
+
 # Feature flags worth a prompt word: what changes the code LLVM emits for tensor programs (vector
 # width, FMA, int8/bf16 dot products, matrix units). A short fixed list, so an unseen CPU of a
 # known family shares its words with a seen one.

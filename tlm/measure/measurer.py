@@ -19,6 +19,7 @@ reference is hard-linked beside each artifact, not copied.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import shutil
@@ -29,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tlm.errors import TlmError, check_interrupt
-from tlm.graph.target import TargetInfo, resolve_target
+from tlm.graph.target import TargetInfo, resolve_target, tvm_default_threads
 from tlm.graph.tasks import Task
 from tlm.measure.workers import (CheckConfig, builder_class, build_in_worker, export_shared_in_worker, ref_beside,
                                  reference_in_worker, runner_classes, warm_worker, write_limit)
@@ -64,6 +65,9 @@ class MeasureConfig:
     # > 0: the same limit for a task without a best yet (and a cap on the slow-factor one): the
     # time of a program running at this many GFLOPS (at least 1 s)
     min_gflops: float = 0.0
+    # TVM threads of each timed run; 0: TVM's own default (tlm.graph.target.tvm_default_threads),
+    # how MetaSchedule measures and how the whole corpus was measured (1 on its 2-core hosts).
+    threads: int = 0
     rtol: float = 1e-4  # relative to the largest reference magnitude
     atol: float = 1e-5
     # RPC: measure on devices registered with a TVM tracker instead of this host.
@@ -173,7 +177,9 @@ class Measurer:
         from tvm.support.popen_pool import PopenPoolExecutor
 
         # References are computed beside the builds (one process: a naive run is single-threaded).
-        self._ref_pool = PopenPoolExecutor(max_workers=1, timeout=cfg.reference_timeout_s, initializer=warm_worker)
+        # The parent's TVM_NUM_THREADS (tlm sets the host's cores) would leak into the timed runs.
+        warm = functools.partial(warm_worker, threads=cfg.threads or tvm_default_threads())
+        self._ref_pool = PopenPoolExecutor(max_workers=1, timeout=cfg.reference_timeout_s, initializer=warm)
         ev = EvaluatorConfig(cfg.number, cfg.repeat, cfg.min_repeat_ms, cfg.enable_cpu_cache_flush)
         local_cls, rpc_cls = runner_classes()
         check = CheckConfig(cfg.rtol, cfg.atol, cfg.timing_budget_ms)
@@ -188,7 +194,7 @@ class Measurer:
             )
         else:
             self._runner = local_cls(
-                check=check, timeout_sec=cfg.run_timeout_s, evaluator_config=ev, initializer=warm_worker
+                check=check, timeout_sec=cfg.run_timeout_s, evaluator_config=ev, initializer=warm
             )
 
     def _start_reference(self, task: Task) -> None:

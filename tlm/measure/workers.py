@@ -254,14 +254,18 @@ def rpc_run_worker(rpc_config, cfg, check_cfg, artifact_path, device_type, args_
         rpc_runner.default_cleanup(session, remote_path)
 
 
-def warm_worker() -> None:
+def warm_worker(threads: int | None = None) -> None:
     """Pool initializer: pay for the TVM import and intrinsics once per worker process, and end
     the worker when the process that owns its pool dies (TVM's popen_worker only notices that
-    between jobs, when its pipe closes; one running a long job, or serving, would outlive it)."""
+    between jobs, when its pipe closes; one running a long job, or serving, would outlive it).
+    `threads`: the TVM threads this worker's kernels run with (set before its pool starts)."""
     import signal
 
     from tlm.errors import die_with_parent
     from tlm.space.intrin import light_tensor_intrin
+
+    if threads:
+        os.environ["TVM_NUM_THREADS"] = str(threads)
 
     die_with_parent(sig=signal.SIGKILL)  # the pool's threads that start workers live as long as the pool
 
