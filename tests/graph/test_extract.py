@@ -226,3 +226,35 @@ def test_unsupported_operator_is_a_clean_error(tmp_path):
     path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
     with pytest.raises(TlmError, match="unsupported operator"):
         import_onnx(str(path))
+
+
+def _pad_from_shape_onnx(path) -> None:
+    """y = Reshape(Pad(x, pads computed from x's shape), [-1, 4]) + 1 on a (2, 7) input: the pads
+    are static, but TVM's importer sees a dynamic Pad (as in Swin's and MobileViT's exports)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "i1"], ["w"], axis=0),
+             helper.make_node("Mod", ["w", "four"], ["r"]), helper.make_node("Sub", ["four", "r"], ["p"]),
+             helper.make_node("Concat", ["zeros3", "p"], ["pads"], axis=0), helper.make_node("Pad", ["x", "pads"], ["xp"]),
+             helper.make_node("Reshape", ["xp", "shape"], ["y0"]), helper.make_node("Add", ["y0", "one"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(v, dt), n) for n, v, dt in
+             [("i1", [1], np.int64), ("four", [4], np.int64), ("zeros3", [0, 0, 0], np.int64),
+              ("shape", [-1, 4], np.int64), ("one", [1.0], np.float32)]]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 7])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path.write_bytes(model.SerializeToString())
+
+
+def test_an_onnx_file_the_importer_refuses_is_imported_after_constant_folding(tmp_path):
+    import tvm
+    from tvm import relax
+
+    path = tmp_path / "pad.onnx"
+    _pad_from_shape_onnx(path)
+    with pytest.warns(UserWarning, match="constant folding"):
+        imported = import_onnx(str(path))
+    vm = relax.VirtualMachine(tvm.compile(imported.mod, target="llvm"), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(imported.inputs[0])).numpy()
+    np.testing.assert_allclose(got, imported.reference(imported.inputs), rtol=1e-6)

@@ -9,6 +9,8 @@ example inputs and a reference implementation that compiled models are checked a
 from __future__ import annotations
 
 import os
+import tempfile
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -126,13 +128,17 @@ def import_onnx(path: str, conv_layout: str | None = None) -> ImportedModel:
         with quiet_stderr():
             mod = from_onnx(model, shape_dict=shapes, dtype_dict=dtypes, keep_params_in_input=False)
     except Exception as err:
-        msg = reason(err)
-        if (ops := unsupported_onnx_ops(model, msg)) is not None:
-            raise TlmError(f"import failed: unsupported operator {ops} in {path}: TVM's ONNX importer has no "
-                           f"conversion for {'them' if '), ' in ops else 'it'}") from None
-        if "not supported" in msg or "nsupported" in msg:
-            raise TlmError(f"import failed: unsupported operator in {path}: {msg}") from None
-        raise TlmError(explain(err, f"import of {path}", IMPORT)) from None
+        mod = _import_folded(path, shapes, dtypes)
+        if mod is None:
+            msg = reason(err)
+            if (ops := unsupported_onnx_ops(model, msg)) is not None:
+                raise TlmError(f"import failed: unsupported operator {ops} in {path}: TVM's ONNX importer has "
+                               f"no conversion for {'them' if '), ' in ops else 'it'}") from None
+            if "not supported" in msg or "nsupported" in msg:
+                raise TlmError(f"import failed: unsupported operator in {path}: {msg}") from None
+            raise TlmError(explain(err, f"import of {path}", IMPORT)) from None
+        warnings.warn(f"TVM's ONNX importer refused {os.path.basename(path)} ({first_line(err)}); imported it "
+                      "after ONNX Runtime's constant folding instead", stacklevel=2)
 
     rng = np.random.default_rng(0)
     inputs = []
@@ -150,6 +156,27 @@ def import_onnx(path: str, conv_layout: str | None = None) -> ImportedModel:
         return sess.run(None, dict(zip(shapes, inputs)))[0]
 
     return ImportedModel(path, _prepared(mod, conv_layout=conv_layout), inputs, reference, onnx_path=path)
+
+
+def _import_folded(path: str, shapes: dict, dtypes: dict):
+    """The Relax module of `path` after ONNX Runtime's basic graph optimizations (constant
+    folding, shape computations on static shapes included: a PyTorch export's `Shape -> Gather
+    -> Concat -> Reshape` chains, which TVM's importer cannot follow); None if that fails too."""
+    import onnx
+    import onnxruntime as ort
+    from tvm.relax.frontend.onnx import from_onnx
+
+    with tempfile.TemporaryDirectory(prefix="tlm-onnx-") as tmp:
+        try:
+            opts = ort.SessionOptions()
+            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+            opts.optimized_model_filepath = os.path.join(tmp, "folded.onnx")
+            ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+            with quiet_stderr():
+                return from_onnx(onnx.load(opts.optimized_model_filepath), shape_dict=shapes, dtype_dict=dtypes,
+                                 keep_params_in_input=False)
+        except Exception:  # noqa: BLE001 - the caller reports the first refusal
+            return None
 
 
 def import_source(source: str, conv_layout: str | None = None) -> ImportedModel:
