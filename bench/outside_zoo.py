@@ -116,6 +116,7 @@ def time_model(name: str, cells: dict[str, dict], rounds: int) -> dict:
     import tvm
     from tvm import relax
 
+    from ort_gap import one_thread_timer
     from outside_models import get
     from tlm.compiler.build import median_ms, onnxruntime_runner, to_tvm
     from tlm.graph.target import resolve_target
@@ -125,9 +126,13 @@ def time_model(name: str, cells: dict[str, dict], rounds: int) -> dict:
     module, inputs = get(name).make()
     args = to_tvm(inputs)
     runners, out = {}, {"onnxruntime_note": None}
+    closers = []
     for budget, cell in cells.items():
         vm = relax.VirtualMachine(tvm.runtime.load_module(cell["artifact"]), tvm.cpu())
         runners[budget] = lambda f=vm["main"]: f(*args)
+        if budget == "0":  # the same library on one TVM thread: how tlm ran here before 2026-11-28
+            timer, close = one_thread_timer(cell["artifact"], [np.ascontiguousarray(x.numpy()) for x in inputs], 50)
+            runners["0_1thread"], _ = timer, closers.append(close)
     with torch.no_grad():
         runners["pytorch"] = lambda: module(*inputs)
         try:  # the compiler's own ONNX Runtime runner (export, session on the same threads)
@@ -141,10 +146,13 @@ def time_model(name: str, cells: dict[str, dict], rounds: int) -> dict:
         times: dict[str, list[float]] = {k: [] for k in runners}
         for _ in range(rounds):
             for key, fn in runners.items():
-                times[key].append(median_ms(fn, repeat=3, min_repeat_ms=50))
+                times[key].append(fn() if key.endswith("_1thread") else median_ms(fn, repeat=3, min_repeat_ms=50))
+    for close in closers:
+        close()
     for key, values in times.items():
         out[f"{key}_ms"] = round(statistics.median(values), 4)
-    out.update(rounds=rounds, load=round(os.getloadavg()[0], 2), timed=time.strftime("%Y-%m-%d %H:%M"))
+    out.update(rounds=rounds, load=round(os.getloadavg()[0], 2), timed=time.strftime("%Y-%m-%d %H:%M"),
+               threads=int(tvm.runtime.num_threads()))  # what TVM ran with (tlm's import: the host's cores)
     return out
 
 
@@ -219,8 +227,9 @@ def write_report(run: Path, names: list[str], stem: Path) -> None:
     run_names = [n for n in names if any((n, b) in cells for b in budgets)]
     loads = [c["load"] for c in cells.values() if c.get("load") is not None]
     lines += ["", "Time ratios are TLM / PyTorch eager from the same cell's interleaved run (below 1: tlm faster)."
-              + (f" Host load average during the timings: {min(loads):.1f}-{max(loads):.1f} on {cells_cores(cells)} cores"
-                 "." if loads else ""), ""]
+              + (f" Host load average during the timings: {min(loads):.1f}-{max(loads):.1f}; threads "
+                 f"{cells_cores(cells)} (TVM's pool, PyTorch and ONNX Runtime alike; before 2026-11-28 TVM ran one thread "
+                 "on 2-core hosts: half the logical CPUs, its default)." if loads else ""), ""]
     for b in budgets:
         done = [n for n in run_names if (n, b) in cells]
         ok = sum(1 for n in done if cells[(n, b)]["status"] == "ok")
@@ -241,6 +250,14 @@ def write_report(run: Path, names: list[str], stem: Path) -> None:
         lines.append(f"- PyTorch eager ran over 5x slower than both tlm and ONNX Runtime on {', '.join(odd)}: "
                      "timings taken beside other jobs (see the load) are suspect there; `--time-only --retime` "
                      "on a quiet host times them again.")
+    one = {n: c for (n, b), c in cells.items() if b == "0" and _ok(c) and c.get("tlm_1thread_ms")}
+    if one:
+        gain = {n: c["tlm_1thread_ms"] / c["tlm_ms"] for n, c in one.items()}
+        lines.append(f"- Budget 0 on ONE TVM thread, the same libraries in the same rounds (how tlm ran on 2-core hosts "
+                     f"before 2026-11-28): geomean TLM/PyTorch {_geomean([c['tlm_1thread_ms'] / c['pytorch_ms'] for c in one.values()]):.2f}x; "
+                     f"the host's threads are {_geomean(list(gain.values())):.2f}x faster (geomean over {len(one)} models; "
+                     f"least {min(gain.values()):.2f}x on {min(gain, key=gain.get)}, most {max(gain.values()):.2f}x on "
+                     f"{max(gain, key=gain.get)}).")
     lines.append(f"- Slower at 10g than at 0 (by > 5%): {', '.join(slower) or 'none'}.")
     if doors:
         lines.append(f"- The ONNX door against the PyTorch door at budget 0 (each against PyTorch in its own cell): "
@@ -312,7 +329,7 @@ def time_battery(names: list[str], run: Path, timeout: int, rounds: int, retime:
         for path, cell in ok.items():
             cell.update({k: v for k, v in times.items() if not k.endswith("_ms")})
             cell.update(tlm_ms=times.get(f"{cell['budget']}_ms"), pytorch_ms=times.get("pytorch_ms"),
-                        onnxruntime_ms=times.get("onnxruntime_ms"))
+                        onnxruntime_ms=times.get("onnxruntime_ms"), tlm_1thread_ms=times.get(f"{cell['budget']}_1thread_ms"))
             _write(path, cell)
         print(f"    {_summary(next(iter(ok.values())))}", flush=True)
 

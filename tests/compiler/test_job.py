@@ -1,6 +1,7 @@
 """Whole-model compile: a small CNN from a small database matches PyTorch; other targets ignored."""
 
 import json
+import os
 import warnings
 
 import numpy as np
@@ -50,6 +51,8 @@ def test_small_cnn_from_small_db(tmp_path, host):
     assert model.matches, report
     assert model.tuned_tasks >= 1 and model.tasks == len(tasks) and model.measurements == 4
     assert model.latency_ms > 0 and model.pytorch_ms > 0
+    # `import tlm` gave TVM's pool the host's cores (TVM alone: half the logical CPUs)
+    assert model.threads == int(os.environ["TVM_NUM_THREADS"]) == report["threads"]
     assert out.exists()
     # The callable takes torch tensors or numpy arrays and returns numpy.
     got = model(inputs[0])
