@@ -72,13 +72,7 @@ def import_torch(module, example_inputs, source: str = "<module>", sink_reshapes
         with quiet_stderr():
             mod = from_exported_program(exported, keep_params_as_input=False, unwrap_unit_return_tuple=True)
     except Exception as err:
-        msg = reason(err)
-        if (ops := unsupported_torch_ops(exported, msg)) is not None:
-            raise TlmError(f"import failed: unsupported operator {ops}: TVM's PyTorch importer has no "
-                           f"conversion for {'them' if '), aten.' in ops else 'it'}") from None
-        if "nsupported" in msg or "not supported" in msg:
-            raise TlmError(f"import failed: unsupported operator: {msg}") from None
-        raise TlmError(explain(err, "import", IMPORT)) from None
+        raise _refusal(err, unsupported_torch_ops(exported, reason(err)), "PyTorch") from None
 
     def reference(inputs: list) -> Any:
         with torch.no_grad():
@@ -130,13 +124,7 @@ def import_onnx(path: str, conv_layout: str | None = None) -> ImportedModel:
     except Exception as err:
         mod = _import_folded(path, shapes, dtypes)
         if mod is None:
-            msg = reason(err)
-            if (ops := unsupported_onnx_ops(model, msg)) is not None:
-                raise TlmError(f"import failed: unsupported operator {ops} in {path}: TVM's ONNX importer has "
-                               f"no conversion for {'them' if '), ' in ops else 'it'}") from None
-            if "not supported" in msg or "nsupported" in msg:
-                raise TlmError(f"import failed: unsupported operator in {path}: {msg}") from None
-            raise TlmError(explain(err, f"import of {path}", IMPORT)) from None
+            raise _refusal(err, unsupported_onnx_ops(model, reason(err)), "ONNX", path) from None
         warnings.warn(f"TVM's ONNX importer refused {os.path.basename(path)} ({first_line(err)}); imported it "
                       "after ONNX Runtime's constant folding instead", stacklevel=2)
 
@@ -156,6 +144,19 @@ def import_onnx(path: str, conv_layout: str | None = None) -> ImportedModel:
         return sess.run(None, dict(zip(shapes, inputs)))[0]
 
     return ImportedModel(path, _prepared(mod, conv_layout=conv_layout), inputs, reference, onnx_path=path)
+
+
+def _refusal(err: Exception, ops: str | None, frontend: str, path: str | None = None) -> TlmError:
+    """The one line for a model TVM's `frontend` importer refused: the unsupported operators
+    (`ops`, from tlm.graph.diagnose) when known, else TVM's reason, else the stage."""
+    where = f" in {path}" if path else ""
+    msg = reason(err)
+    if ops is not None:
+        return TlmError(f"import failed: unsupported operator {ops}{where}: TVM's {frontend} importer has no "
+                        f"conversion for {'them' if '), ' in ops else 'it'}")
+    if "nsupported" in msg or "not supported" in msg:
+        return TlmError(f"import failed: unsupported operator{where}: {msg}")
+    return TlmError(explain(err, f"import of {path}" if path else "import", IMPORT))
 
 
 def _import_folded(path: str, shapes: dict, dtypes: dict):
