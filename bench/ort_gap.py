@@ -72,6 +72,20 @@ def compile_workload(name: str, budget: str | None, db: str | None, out: Path) -
             "measurements": model.measurements, "compile_s": round(time.perf_counter() - t0, 1)}
 
 
+def _db_from_shards(shards: str, db_dir: Path) -> str:
+    """A record database of the shards under `shards` (a run's `records/WORKLOAD/METHOD`)."""
+    from tlm.measure.database import open_db
+    from tlm.measure.shards import ingest
+
+    if not (db_dir / "records.sqlite").exists():
+        db = open_db(str(db_dir), create=True)
+        try:
+            ingest(db, shards)
+        finally:
+            db.close()
+    return str(db_dir)
+
+
 def time_workload(name: str, artifact: str, rounds: int) -> dict:
     """One interleaved run: tlm (host threads), tlm (1 thread, child), PyTorch, ONNX Runtime."""
     from types import SimpleNamespace
@@ -139,6 +153,8 @@ def write(rows: list[dict], stem: Path) -> None:
                      f"{t1:.3g} | {pt:.3g} | {ort and f'{ort:.3g}' or '-'} | {ratio(ort, t)} | {ratio(ort, t1)} | "
                      f"{ratio(pt, t)} | {r['threads']} | {r['load']} | {r['matches']} |")
     notes = [f"- {r['workload']}: ONNX Runtime did not run: {r['onnxruntime_note']}" for r in rows if r.get("onnxruntime_note")]
+    notes += sorted({f"- `{r['build']}` of {r['date']} ({r['hardware']}): the records in `{r['records']}/WORKLOAD/`"
+                     for r in rows if r.get("records")})
     stem.with_suffix(".md").write_text("\n".join(lines + ([""] + notes if notes else [])) + "\n")
 
 
@@ -166,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: no records at {db}, skipped", file=sys.stderr)
             continue
         tag = args.method if db else f"b{args.budget}"
+        if db and not os.path.exists(os.path.join(db, "records.sqlite")):  # a run's committed shards
+            db = _db_from_shards(db, folder / "dbs" / f"{name}@{tag}")
         cell = folder / f"{name}@{tag}.json"
         info = json.loads(cell.read_text()) if cell.exists() else None
         if info is None:
@@ -179,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.strftime('%H:%M:%S')}] timing {name}", flush=True)
         row = time_workload(name, info["artifact"], args.rounds)
         row.update(workload=name, build=build, matches=info["matches"], hardware=hardware, commit=commit,
-                   date=time.strftime("%Y-%m-%d"))
+                   date=time.strftime("%Y-%m-%d"), records=args.db_root)
         print(json.dumps(row), flush=True)
         rows.append(row)
     if rows:
