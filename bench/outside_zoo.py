@@ -248,8 +248,8 @@ def write_report(run: Path, names: list[str], stem: Path) -> None:
                   and c["pytorch_ms"] > 5 * max(c["onnxruntime_ms"], c["tlm_ms"])})
     if odd:
         lines.append(f"- PyTorch eager ran over 5x slower than both tlm and ONNX Runtime on {', '.join(odd)}: "
-                     "timings taken beside other jobs (see the load) are suspect there; `--time-only --retime` "
-                     "on a quiet host times them again.")
+                     "small models, where eager's per-operator overhead dominates; or timings taken beside other "
+                     "jobs (see the load): `--time-only --retime` on a quiet host times them again.")
     one = {n: c for (n, b), c in cells.items() if b == "0" and _ok(c) and c.get("tlm_1thread_ms")}
     if one:
         gain = {n: c["tlm_1thread_ms"] / c["tlm_ms"] for n, c in one.items()}
