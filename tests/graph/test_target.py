@@ -74,7 +74,23 @@ def test_importing_tlm_gives_tvm_the_host_cores():
     """TVM alone would run one thread on a 2-core host (half the logical CPUs on x86)."""
     import os
 
-    assert _threads_in_fresh_process({}) == len(os.sched_getaffinity(0))
+    from tlm.graph.target import physical_cores
+
+    assert _threads_in_fresh_process({}) == physical_cores() <= len(os.sched_getaffinity(0))
+
+
+def test_physical_cores_count_hyperthread_siblings_once(tmp_path, monkeypatch):
+    import os
+
+    from tlm.graph import target
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    for cpu, siblings in enumerate(["0,2", "1,3", "0,2", "1,3"]):  # 2 cores x 2 threads
+        (tmp_path / f"cpu{cpu}" / "topology").mkdir(parents=True)
+        (tmp_path / f"cpu{cpu}" / "topology" / "thread_siblings_list").write_text(siblings + "\n")
+    assert target.physical_cores(str(tmp_path)) == 2
+    (tmp_path / "cpu3" / "topology" / "thread_siblings_list").unlink()  # unreadable: every CPU counts
+    assert target.physical_cores(str(tmp_path)) == 4
 
 
 @pytest.mark.tvm

@@ -106,12 +106,26 @@ def _cores() -> int:
 THREADS_ENV = "TVM_NUM_THREADS"
 
 
+def physical_cores(sysfs: str = "/sys/devices/system/cpu") -> int:
+    """Cores this process may run on, hyperthread siblings counted once (PyTorch's default too);
+    the CPUs it may use where the topology cannot be read."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    cores = set()
+    for cpu in cpus:
+        try:
+            with open(f"{sysfs}/cpu{cpu}/topology/thread_siblings_list") as f:
+                cores.add(f.read().strip())
+        except OSError:
+            return _cores()
+    return len(cores) or _cores()
+
+
 def use_host_threads() -> None:
     """Make TVM's thread pool in this process (and in the processes it starts) use the host's
-    cores, unless the user set TVM_NUM_THREADS or OMP_NUM_THREADS. No effect once the pool has
-    started: `runtime_threads()` says what it runs with."""
+    physical cores, unless the user set TVM_NUM_THREADS or OMP_NUM_THREADS. No effect once the
+    pool has started: `runtime_threads()` says what it runs with."""
     if THREADS_ENV not in os.environ and "OMP_NUM_THREADS" not in os.environ:
-        os.environ[THREADS_ENV] = str(_cores())
+        os.environ[THREADS_ENV] = str(physical_cores())
 
 
 def tvm_default_threads() -> int:
