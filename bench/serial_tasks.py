@@ -97,7 +97,7 @@ def measure(names: list[str], max_work: int, programs: int) -> list[dict]:
 def write(rows: list[dict], names: list[str], argv: list[str]) -> None:
     import os
 
-    from tlm.graph.target import host_target
+    from tlm.graph.target import host_target, runtime_threads
     from tlm.measure.shards import host_description
     from tlm.space.serial import SERIAL_WORK
 
@@ -105,14 +105,15 @@ def write(rows: list[dict], names: list[str], argv: list[str]) -> None:
     cpu = " ".join(host_description()["cpu_model"].split())
     head = {"date": time.strftime("%Y-%m-%d"), "hardware": f"{target.cpu} ({cpu}, {target.cores} cores)",
             "command": "python bench/serial_tasks.py " + " ".join(argv), "load": round(os.getloadavg()[0], 2),
-            "serial_work": SERIAL_WORK}
+            "serial_work": SERIAL_WORK, "threads": runtime_threads()}
     OUT.with_suffix(".json").write_text(json.dumps({**head, "rows": rows}, indent=1) + "\n")
     rows = sorted(rows, key=lambda r: r["work"])
     below = [r["ratio"] for r in rows if r["work"] < SERIAL_WORK]
     above = [r["ratio"] for r in rows if r["work"] >= SERIAL_WORK]
     lines = [
         "# Parallel or serial: small tasks on the thread pool (tlm.space.serial)", "",
-        f"{head['date']}, {head['hardware']}, load {head['load']}. Command: `{head['command']}`. "
+        f"{head['date']}, {head['hardware']}, load {head['load']}, TVM's pool {head['threads']} thread(s) (before "
+        f"2026-11-28 this bench ran a one-thread pool: TVM's default on 2-core hosts). Command: `{head['command']}`. "
         "Random programs of MetaSchedule's default CPU spaces, as they are (parallel outer loops) and with "
         "their parallel loops made serial, timed alternately; medians in microseconds. `work`: iteration points "
         "summed over the task's blocks.", "",
