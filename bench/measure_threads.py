@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import random
 import statistics
@@ -41,30 +40,16 @@ def _args(path: str):
 
 
 def _server(conn) -> None:
-    """Child on one TVM thread: times each library path it is sent (us)."""
-    os.environ["TVM_NUM_THREADS"] = "1"
-    import tvm
-
-    conn.send(int(tvm.runtime.num_threads()))
+    """Times each library path it is sent (us); run by ort_gap.one_thread_child."""
     while (path := conn.recv()) is not None:
         ev, args = _args(path)
         conn.send(statistics.median(ev(*args).results) * 1e6)
 
 
-def _spearman(a: list[float], b: list[float]) -> float:
-    def ranks(v):
-        order = sorted(range(len(v)), key=v.__getitem__)
-        r = [0.0] * len(v)
-        for i, j in enumerate(order):
-            r[j] = float(i)
-        return r
-
-    return statistics.correlation(ranks(a), ranks(b))
-
-
 def measure(workloads: list[str], programs: int, tasks_per: int, min_work: int) -> list[dict]:
     import tvm
-    from tvm.s_tir import meta_schedule as ms
+    from ort_gap import one_thread_child
+    from scipy.stats import spearmanr
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
     from tlm.graph.extract import tasks_for_source
@@ -73,11 +58,7 @@ def measure(workloads: list[str], programs: int, tasks_per: int, min_work: int) 
     from tlm.space.serial import task_work
 
     target, threads = host_target(), runtime_threads()
-    ctx_mp = mp.get_context("spawn")
-    parent, child = ctx_mp.Pipe()
-    proc = ctx_mp.Process(target=_server, args=(child,), daemon=True)
-    proc.start()
-    assert parent.recv() == 1
+    parent, close = one_thread_child(_server)
     tmp = tempfile.mkdtemp(prefix="tlm-threads-")
     rows = []
     for name in workloads:
@@ -107,27 +88,23 @@ def measure(workloads: list[str], programs: int, tasks_per: int, min_work: int) 
                 continue
             pick = min(range(len(one)), key=one.__getitem__)
             row = {"workload": name, "task": task.name, "work": task_work(task.mod), "programs": len(one),
-                   "threads": threads, "spearman": round(_spearman(one, many), 3),
+                   "threads": threads, "spearman": round(float(spearmanr(one, many).statistic), 3),
                    "regret": round(many[pick] / min(many), 3),
                    "speedup_of_best": round(min(one) / min(many), 3),
                    "one_us": [round(x, 2) for x in one], "many_us": [round(x, 2) for x in many]}
             rows.append(row)
             print(f"{name} {task.name[:50]}: spearman {row['spearman']}, regret {row['regret']}, "
                   f"best {min(one):.1f} us on 1 thread, {min(many):.1f} on {threads}", flush=True)
-    parent.send(None)
-    proc.join(30)
+    close()
     return rows
 
 
 def write(rows: list[dict], argv: list[str]) -> None:
-    from tlm.graph.target import host_target
-    from tlm.measure.shards import host_description
+    from tlm.measure.shards import host_label
 
-    info = host_target()
     OUT.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
     lines = ["# Do programs rank alike on one TVM thread and on the host's cores? (issue 46)", "",
-             f"`python bench/measure_threads.py {' '.join(argv)}` on {info.cpu} ({host_description()['cpu_model']}, "
-             f"{info.cores} cores), {time.strftime('%Y-%m-%d')}. Random programs of tlm's spaces for each workload's "
+             f"`python bench/measure_threads.py {' '.join(argv)}` on {host_label()}, {time.strftime('%Y-%m-%d')}. Random programs of tlm's spaces for each workload's "
              "largest tasks, each timed on the host's threads and on one thread (alternately, medians). `regret`: "
              "the host-threads time of the program one thread ranks first over the best host-threads time (1.0: "
              "the same pick).", "",

@@ -28,9 +28,34 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS = ["bert_tiny", "bert_base", "gpt2", "resnet_50", "mobilenet_v2", "dcgan"]
 
 
-def _one_thread_server(conn, artifact: str, inputs: list, min_repeat_ms: int) -> None:
-    """Child: times `artifact` on one TVM thread whenever asked."""
+def _on_one_thread(server, conn, *args) -> None:
+    """Child process: TVM's pool on one thread (set before it starts), then `server(conn, *args)`."""
     os.environ["TVM_NUM_THREADS"] = "1"
+    from tlm.graph.target import runtime_threads
+
+    conn.send(runtime_threads())
+    server(conn, *args)
+
+
+def one_thread_child(server, *args):
+    """(conn, close): `server(conn, *args)` runs in a child process whose TVM pool has one thread
+    (TVM sizes its pool once per process); it serves requests from `conn` until it reads None."""
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_on_one_thread, args=(server, child, *args), daemon=True)
+    proc.start()
+    if parent.recv() != 1:
+        raise RuntimeError("the one-thread child did not get a one-thread pool")
+
+    def close() -> None:
+        parent.send(None)
+        proc.join(30)
+
+    return parent, close
+
+
+def _vm_server(conn, artifact: str, inputs: list, min_repeat_ms: int) -> None:
+    """Times the model `artifact` (ms) whenever asked."""
     import tvm
     from tvm import relax
 
@@ -38,26 +63,15 @@ def _one_thread_server(conn, artifact: str, inputs: list, min_repeat_ms: int) ->
 
     vm = relax.VirtualMachine(tvm.runtime.load_module(artifact), tvm.cpu())
     args = to_tvm(inputs)
-    conn.send(int(tvm.runtime.num_threads()))
-    while conn.recv():
+    while conn.recv() is not None:
         conn.send(median_ms(lambda: vm["main"](*args), repeat=3, min_repeat_ms=min_repeat_ms))
 
 
 def one_thread_timer(artifact: str, arrays: list, min_repeat_ms: int = 200):
-    """(timer, close): `timer()` times `artifact` on one TVM thread in a child process (TVM sizes
-    its pool once per process) and returns ms; `close()` ends the child."""
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_one_thread_server, args=(child, artifact, arrays, min_repeat_ms), daemon=True)
-    proc.start()
-    if parent.recv() != 1:
-        raise RuntimeError("the one-thread child did not get a one-thread pool")
-
-    def close() -> None:
-        parent.send(False)
-        proc.join(30)
-
-    return (lambda: (parent.send(True), parent.recv())[1]), close
+    """(timer, close): `timer()` times the model `artifact` on one TVM thread in a child process
+    and returns ms; `close()` ends the child."""
+    conn, close = one_thread_child(_vm_server, artifact, arrays, min_repeat_ms)
+    return (lambda: (conn.send(True), conn.recv())[1]), close
 
 
 def compile_workload(name: str, budget: str | None, db: str | None, out: Path) -> dict:
@@ -127,10 +141,10 @@ def time_workload(name: str, artifact: str, rounds: int) -> dict:
 
 def _hardware() -> tuple[str, str]:
     from tlm.graph.target import resolve_target
-    from tlm.measure.shards import host_description
+    from tlm.measure.shards import host_label
 
     info = resolve_target(None)
-    return f"{info.cpu}-{info.cores}c", f"{info.cpu} ({host_description()['cpu_model']}, {info.cores} cores)"
+    return f"{info.cpu}-{info.cores}c", host_label(info)
 
 
 def write(rows: list[dict], stem: Path) -> None:

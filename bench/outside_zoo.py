@@ -56,12 +56,11 @@ def run_cell(name: str, budget: str, db: str, rounds: int) -> dict:
     from tlm.errors import TlmError
     from tlm.graph.extract import load
     from tlm.graph.target import resolve_target
-    from tlm.measure.shards import host_description
+    from tlm.measure.shards import host_label
 
     info = resolve_target(None)
     entry = get(name)
-    cpu = " ".join(host_description()["cpu_model"].split()) or "unknown CPU"
-    cell = {"model": name, "family": entry.family, "budget": budget, "hardware": f"{info.cpu} ({cpu}, {info.cores} cores)",
+    cell = {"model": name, "family": entry.family, "budget": budget, "hardware": host_label(info),
             "commit": _commit(), "date": time.strftime("%Y-%m-%d"), "threads": info.cores}
     module, inputs = entry.make()
     source = module
@@ -119,7 +118,7 @@ def time_model(name: str, cells: dict[str, dict], rounds: int) -> dict:
     from ort_gap import one_thread_timer
     from outside_models import get
     from tlm.compiler.build import median_ms, onnxruntime_runner, to_tvm
-    from tlm.graph.target import resolve_target
+    from tlm.graph.target import resolve_target, runtime_threads
 
     info = resolve_target(None)
     torch.set_num_threads(info.cores)
@@ -131,8 +130,8 @@ def time_model(name: str, cells: dict[str, dict], rounds: int) -> dict:
         vm = relax.VirtualMachine(tvm.runtime.load_module(cell["artifact"]), tvm.cpu())
         runners[budget] = lambda f=vm["main"]: f(*args)
         if budget == "0":  # the same library on one TVM thread: how tlm ran here before 2026-11-28
-            timer, close = one_thread_timer(cell["artifact"], [np.ascontiguousarray(x.numpy()) for x in inputs], 50)
-            runners["0_1thread"], _ = timer, closers.append(close)
+            runners["0_1thread"], close = one_thread_timer(cell["artifact"], [np.ascontiguousarray(x.numpy()) for x in inputs], 50)
+            closers.append(close)
     with torch.no_grad():
         runners["pytorch"] = lambda: module(*inputs)
         try:  # the compiler's own ONNX Runtime runner (export, session on the same threads)
@@ -152,7 +151,7 @@ def time_model(name: str, cells: dict[str, dict], rounds: int) -> dict:
     for key, values in times.items():
         out[f"{key}_ms"] = round(statistics.median(values), 4)
     out.update(rounds=rounds, load=round(os.getloadavg()[0], 2), timed=time.strftime("%Y-%m-%d %H:%M"),
-               threads=int(tvm.runtime.num_threads()))  # what TVM ran with (tlm's import: the host's cores)
+               threads=runtime_threads())  # what TVM ran with (tlm's import: the host's cores)
     return out
 
 

@@ -97,13 +97,11 @@ def measure(names: list[str], max_work: int, programs: int) -> list[dict]:
 def write(rows: list[dict], names: list[str], argv: list[str]) -> None:
     import os
 
-    from tlm.graph.target import host_target, runtime_threads
-    from tlm.measure.shards import host_description
+    from tlm.graph.target import runtime_threads
+    from tlm.measure.shards import host_label
     from tlm.space.serial import SERIAL_WORK
 
-    target = host_target()
-    cpu = " ".join(host_description()["cpu_model"].split())
-    head = {"date": time.strftime("%Y-%m-%d"), "hardware": f"{target.cpu} ({cpu}, {target.cores} cores)",
+    head = {"date": time.strftime("%Y-%m-%d"), "hardware": host_label(),
             "command": "python bench/serial_tasks.py " + " ".join(argv), "load": round(os.getloadavg()[0], 2),
             "serial_work": SERIAL_WORK, "threads": runtime_threads()}
     OUT.with_suffix(".json").write_text(json.dumps({**head, "rows": rows}, indent=1) + "\n")

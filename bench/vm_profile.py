@@ -48,7 +48,7 @@ def profile(artifact: str, shapes: list[str], rounds: int) -> dict:
     import tvm
     from tvm import relax
 
-    import tlm  # noqa: F401 - before any kernel runs: TVM's pool gets the host's cores, as tlm.compile's does
+    from tlm.graph.target import runtime_threads  # importing tlm first: TVM's pool gets the host's cores
 
     dev = tvm.cpu()
     lib = tvm.runtime.load_module(artifact)
@@ -108,19 +108,11 @@ def profile(artifact: str, shapes: list[str], rounds: int) -> dict:
         "kernels_inside_ms": round(sum(kernels.values()), 4),
         "kernels_alone_ms": round(sum(alone_ms.values()), 4),
         "builtins_ms": round(sum(builtins.values()), 4),
-        "kernel_calls": len(calls), "threads": int(tvm.runtime.num_threads()),
+        "kernel_calls": len(calls), "threads": runtime_threads(),
         "builtin_calls": sum(len(v) for k, v in inside.items() if k.startswith("vm.")),  # the last round's
         "top": sorted(({"kernel": k, "calls": count[k], "inside_ms": round(v, 4), "alone_ms": round(alone_ms.get(k, 0), 4)}
                        for k, v in kernels.items()), key=lambda r: -r["inside_ms"])[:15],
     }
-
-
-def _hardware() -> str:
-    from tlm.graph.target import resolve_target
-    from tlm.measure.shards import host_description
-
-    info = resolve_target(None)
-    return f"{info.cpu} ({host_description()['cpu_model']}, {info.cores} cores)"
 
 
 def write(rows: list[dict], out: Path) -> None:
@@ -151,11 +143,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--out", default="bench/results/vm_profile")
     args = parser.parse_args(argv)
+    from tlm.measure.shards import host_label
+
     if not os.path.exists(args.artifact):
         print(f"vm_profile: no such library: {args.artifact}", file=sys.stderr)
         return 2
     row = profile(args.artifact, args.shapes, args.rounds)
-    row.update(name=args.name or os.path.basename(args.artifact), hardware=_hardware(),
+    row.update(name=args.name or os.path.basename(args.artifact), hardware=host_label(),
                date=time.strftime("%Y-%m-%d %H:%M"), load=round(os.getloadavg()[0], 2))
     out = Path(args.out)
     rows = json.loads(out.with_suffix(".json").read_text()) if out.with_suffix(".json").exists() else []

@@ -284,7 +284,7 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
     from tlm.errors import interrupted, quiet_stderr
     from tlm.graph.diagnose import BUILD, RUN, explain
     from tlm.graph.extract import extract_from_relax
-    from tlm.graph.target import resolve_target, runtime_threads
+    from tlm.graph.target import physical_cores, resolve_target, runtime_threads
     from tlm.measure.database import open_db
     from tlm.space.intrin import light_tensor_intrin
 
@@ -329,10 +329,9 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
                           greedy_tasks=sum(1 for r in rows if r["status"] == "greedy"))
     if (note := model.untuned_note()) is not None:  # never silent: the user may expect tuned code
         warnings.warn(note, stacklevel=2)
-    if info.kind == "llvm" and model.threads < info.cores:  # PyTorch and ONNX Runtime get as many
-        warnings.warn(f"TVM runs this model on {model.threads} of the target's {info.cores} cores (its thread "
-                      "pool started before tlm was imported, or TVM_NUM_THREADS/OMP_NUM_THREADS says so)",
-                      stacklevel=2)
+    if info.kind == "llvm" and model.threads < (cores := physical_cores()):  # PyTorch and ONNX Runtime get as many
+        warnings.warn(f"TVM runs this model on {model.threads} of this host's {cores} cores (its thread pool "
+                      "started before tlm was imported, or TVM_NUM_THREADS/OMP_NUM_THREADS says so)", stacklevel=2)
     want = np.asarray(imported.reference(imported.inputs))
     if got.shape != want.shape:
         raise TlmError(f"compiled output shape {got.shape} differs from the reference {want.shape}")

@@ -93,6 +93,15 @@ def host_description() -> dict[str, Any]:
     return {"cpu_model": model or platform.processor(), "machine": platform.machine(), "cpus": os.cpu_count()}
 
 
+def host_label(target=None) -> str:
+    """How results files name the machine: `znver3 (AMD EPYC, 2 cores)` (target default: the host)."""
+    from tlm.graph.target import resolve_target
+
+    info = resolve_target(target)
+    cpu = " ".join(host_description()["cpu_model"].split()) or "unknown CPU"
+    return f"{info.cpu} ({cpu}, {info.cores} cores)"
+
+
 def _uid(db: Database) -> str:
     uid = db.get_meta(_META_UID)
     if uid is None:

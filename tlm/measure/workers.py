@@ -262,10 +262,11 @@ def warm_worker(threads: int | None = None) -> None:
     import signal
 
     from tlm.errors import die_with_parent
+    from tlm.graph.target import THREADS_ENV
     from tlm.space.intrin import light_tensor_intrin
 
     if threads:
-        os.environ["TVM_NUM_THREADS"] = str(threads)
+        os.environ[THREADS_ENV] = str(threads)
 
     die_with_parent(sig=signal.SIGKILL)  # the pool's threads that start workers live as long as the pool
 
