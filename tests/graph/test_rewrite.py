@@ -1,4 +1,4 @@
-"""Graph rewrites that give one model the same tasks from either door: fold_gelu (an ONNX export's exact-GELU chain becomes R.nn.gelu) and flatten_matmuls (N-D @ 2-D matmuls become 2-D)."""
+"""Graph rewrites that give one model the same tasks from either door: fold_gelu (an ONNX export's exact-GELU chain becomes R.nn.gelu) and flatten_matmuls (N-D @ 2-D matmuls become 2-D, 4-D batched ones 3-D)."""
 
 import numpy as np
 import pytest
@@ -83,6 +83,39 @@ def test_onnx_nd_linear_gives_the_pytorch_door_matmul_task(shape, tmp_path, host
     vm = relax.VirtualMachine(tvm.compile(onnx_mod, target="llvm"), tvm.cpu())
     got = vm["main"](tvm.runtime.tensor(x.numpy())).numpy()
     np.testing.assert_allclose(got, model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+class _Attention(__import__("torch").nn.Module):
+    """Window attention's two batched matmuls on 4-D (windows, heads, tokens, dim) tensors."""
+
+    def forward(self, q, k, v):
+        return ((q @ k.transpose(-1, -2)) * 0.25).softmax(-1) @ v
+
+
+def test_onnx_4d_batched_matmul_gives_the_pytorch_door_task(tmp_path, host):
+    """ONNX keeps a 4-D `q @ k^T` as one 4-D matmul, torch.export flattens the leading axes into a
+    3-D batch matmul; flatten_matmuls gives both doors the same tasks, the output unchanged."""
+    import torch
+
+    from tlm.graph.extract import extract_from_relax
+    from tlm.graph.importer import import_onnx, import_torch
+
+    torch.manual_seed(0)
+    model = _Attention().eval()
+    q, k, v = (torch.randn(4, 3, 16, 8) for _ in range(3))
+    path = str(tmp_path / "attn.onnx")
+    torch.onnx.export(model, (q, k, v), path, dynamo=False)
+    onnx_mod = import_onnx(path).mod
+    mm = lambda ts: {t.hash for t in ts if "matmul" in t.name}  # noqa: E731
+    from_torch = extract_from_relax(import_torch(model, (q, k, v)).mod, host)
+    from_onnx = extract_from_relax(onnx_mod, host)
+    assert len(mm(from_onnx)) == 2 and mm(from_torch) == mm(from_onnx)
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(tvm.compile(onnx_mod, target="llvm"), tvm.cpu())
+    got = vm["main"](*(tvm.runtime.tensor(t.numpy()) for t in (q, k, v))).numpy()
+    np.testing.assert_allclose(got, model(q, k, v).numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_matmuls_already_2d_or_batched_are_left_alone():

@@ -11,7 +11,10 @@ The same holds for matmuls: torch.export writes `Linear` on an N-D input as a 2-
 between reshapes ((1, 16, 16, 384) -> (256, 384) @ (384, 96)), while ONNX's MatMul keeps the
 leading axes ((1, 16, 16, 384) @ (384, 96)). The N-D form is a different task, which the model
 schedules badly (a ConvNeXt-style CNN's MLP ran 16-24x slower from the ONNX door at budget 0,
-issue 48 item 6). `flatten_matmuls` gives it the 2-D form of the PyTorch door.
+issue 48 item 6). `flatten_matmuls` gives it the 2-D form of the PyTorch door. Batched matmuls
+likewise: torch.export writes a 4-D `q @ k^T` as one 3-D batch matmul over the flattened leading
+axes ((16, 3, 16, 16) -> (48, 16, 16)), ONNX keeps the four axes (Swin's window attention ran
+4-6x slower per matmul from the ONNX door at budget 0); they get the 3-D form.
 """
 
 from __future__ import annotations
@@ -78,7 +81,9 @@ def fold_gelu(mod):
 
 def flatten_matmuls(mod):
     """`reshape(matmul(reshape(x, (M, K)), w), (..., N))` for every `matmul(x, w)` with an N-D
-    (N >= 3) `x` of static shape and a 2-D `w`: the form torch.export gives `Linear`."""
+    (N >= 3) `x` of static shape and a 2-D `w`: the form torch.export gives `Linear`; and
+    `reshape(matmul(reshape(x, (B, M, K)), reshape(w, (B, K, N))), (..., M, N))` for an N-D
+    (N >= 4) batched matmul whose operands have the same leading axes: torch.export's `bmm`."""
     from tvm import relax
 
     from tlm.graph.layout import static_shape
@@ -93,15 +98,21 @@ def flatten_matmuls(mod):
                 return call
             x, w = call.args
             xs, ws = static_shape(x), static_shape(w)
-            if xs is None or ws is None or len(xs) < 3 or len(ws) != 2:
+            if xs is None or ws is None or len(xs) < 3:
                 return call
-            rows = 1
-            for v in xs[:-1]:
-                rows *= v
-            self.changed = True
-            flat = self.builder_.emit(relax.op.reshape(x, (rows, xs[-1])))
-            out = self.builder_.emit(relax.op.matmul(flat, w, out_dtype=call.attrs.out_dtype))
-            return relax.op.reshape(out, (*xs[:-1], ws[1]))
+            if len(ws) == 2:
+                flat = self.builder_.emit(relax.op.reshape(x, (math.prod(xs[:-1]), xs[-1])))
+                out = self.builder_.emit(relax.op.matmul(flat, w, out_dtype=call.attrs.out_dtype))
+                self.changed = True
+                return relax.op.reshape(out, (*xs[:-1], ws[1]))
+            if len(xs) >= 4 and len(ws) == len(xs) and list(xs[:-2]) == list(ws[:-2]):
+                batch = math.prod(xs[:-2])
+                fx = self.builder_.emit(relax.op.reshape(x, (batch, *xs[-2:])))
+                fw = self.builder_.emit(relax.op.reshape(w, (batch, *ws[-2:])))
+                out = self.builder_.emit(relax.op.matmul(fx, fw, out_dtype=call.attrs.out_dtype))
+                self.changed = True
+                return relax.op.reshape(out, (*xs[:-1], ws[-1]))
+            return call
 
     out = mod
     for gv, func in mod.functions.items():
