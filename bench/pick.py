@@ -3,6 +3,7 @@
     python bench/pick.py [--workloads bert_tiny dcgan mobilenet_v2 ...] [--rounds 7] [--out bench/results]
     python bench/pick.py --models old=DIR new=DIR --picks cost --name pick-models   # models compared
     python bench/pick.py --picks cost --cost-models old=DIR new=DIR --name pick-costmodels   # cost models
+    python bench/pick.py --picks cost --models old=DIR new=DIR --cost-models old=DIR new=DIR --paired   # both refit
 
 For each held-out workload, the TLM tuner at budget 0 (no measurement) with each pick of
 `TuneConfig.pick`: "greedy" (word-by-word argmax), "logprob" (the most likely of 32 samples by
@@ -12,7 +13,8 @@ programs and its output checked against PyTorch; then the compiled models, PyTor
 Runtime timed in one interleaved run (`--rounds` rounds, medians). Writes OUT/NAME.{json,md}
 (NAME: --name, default pick). `--models LABEL=DIR ...`: each pick of each model (default: the
 shipped model for the host); `--cost-models LABEL=DIR ...`: the cost pick with each cost model
-(default: the shipped one for the host).
+(default: the shipped one for the host). `--paired`: the i-th model with the i-th cost model only
+(a refit of both judged as one), not every model with every cost model.
 """
 
 from __future__ import annotations
@@ -31,9 +33,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 PICKS = ("greedy", "logprob", "cost")
 
 
-def contenders(models: dict[str, str | None], picks: list[str], cost_models: dict[str, str]) -> list[tuple]:
+def contenders(models: dict[str, str | None], picks: list[str], cost_models: dict[str, str],
+               paired: bool = False) -> list[tuple]:
     """(label, pick, model dir, cost model) of each contender: every pick of every model, the
-    cost pick once per cost model ("auto": the shipped one for the host)."""
+    cost pick once per cost model ("auto": the shipped one for the host); `paired`: the cost pick
+    of each model with its own cost model (same order), labelled by the model."""
+    if paired:
+        if len(models) != len(cost_models) or list(picks) != ["cost"]:
+            raise SystemExit("pick: --paired needs --picks cost and as many --models as --cost-models")
+        return [(f"{m}:cost", "cost", d, cm) for (m, d), cm in zip(models.items(), cost_models.values())]
     out = []
     for m, d in models.items():
         for p in picks:
@@ -119,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--picks", nargs="+", default=list(PICKS), choices=PICKS)
     ap.add_argument("--cost-models", nargs="+", default=None,
                     help="LABEL=DIR ... for the cost pick (default: the shipped one for the host)")
+    ap.add_argument("--paired", action="store_true", help="the i-th model with the i-th cost model only")
     ap.add_argument("--name", default="pick", help="results file name")
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args(argv)
@@ -132,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     cm = default_cost_model(target)
     models = dict(m.split("=", 1) for m in args.models) if args.models else {"shipped": None}
     cost_models = dict(c.split("=", 1) for c in args.cost_models) if args.cost_models else {"shipped": "auto"}
-    runs = contenders(models, args.picks, cost_models)
+    runs = contenders(models, args.picks, cost_models, args.paired)
     labels = [r[0] for r in runs]
     data = {"created": time.strftime("%Y-%m-%d %H:%M:%S"), "cpu": target.cpu, "threads": target.cores,
             "rounds": args.rounds, "name": args.name, "labels": labels,
@@ -144,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                        + (" --models " + " ".join(args.models) if args.models else "")
                        + ("" if args.picks == list(PICKS) else " --picks " + " ".join(args.picks))
                        + (" --cost-models " + " ".join(args.cost_models) if args.cost_models else "")
+                       + (" --paired" if args.paired else "")
                        + ("" if args.name == "pick" else f" --name {args.name}"), "workloads": {}}
     for name in args.workloads:
         data["workloads"][name] = run_workload(name, target, args.rounds, args.samples, runs)
