@@ -1,4 +1,4 @@
-"""Graph rewrites that give one model the same tasks from either door: fold_gelu (an ONNX export's exact-GELU chain becomes R.nn.gelu) and flatten_matmuls (N-D @ 2-D matmuls become 2-D, 4-D batched ones 3-D)."""
+"""Graph rewrites that give one model the same tasks from either door: fold_gelu (an ONNX export's exact-GELU chain becomes R.nn.gelu) and flatten_matmuls (N-D @ 2-D matmuls become 2-D, 4-D batched ones 3-D) and round_epsilons (an ONNX export's float32 norm epsilons)."""
 
 import numpy as np
 import pytest
@@ -116,6 +116,42 @@ def test_onnx_4d_batched_matmul_gives_the_pytorch_door_task(tmp_path, host):
     vm = relax.VirtualMachine(tvm.compile(onnx_mod, target="llvm"), tvm.cpu())
     got = vm["main"](*(tvm.runtime.tensor(t.numpy()) for t in (q, k, v))).numpy()
     np.testing.assert_allclose(got, model(q, k, v).numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("eps", [1e-12, 1e-5])
+def test_onnx_float32_epsilon_gives_the_pytorch_door_norm_task(eps, tmp_path, host):
+    """ONNX stores LayerNorm's epsilon as float32, torch.export as the Python float; round_epsilons
+    gives both doors the same layer norm task, the output unchanged."""
+    import torch
+
+    from tlm.graph.extract import extract_from_relax
+    from tlm.graph.importer import import_onnx, import_torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.LayerNorm(16, eps=eps)).eval()
+    x = torch.randn(1, 8, 16)
+    path = str(tmp_path / "norms.onnx")
+    torch.onnx.export(model, (x,), path, dynamo=False, opset_version=17)
+    onnx_mod = import_onnx(path).mod
+    norms = lambda ts: {t.hash for t in ts if "norm" in t.name}  # noqa: E731
+    from_torch = extract_from_relax(import_torch(model, (x,)).mod, host)
+    from_onnx = extract_from_relax(onnx_mod, host)
+    assert len(norms(from_torch)) == 1 and norms(from_torch) == norms(from_onnx)
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(tvm.compile(onnx_mod, target="llvm"), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x.numpy())).numpy()
+    np.testing.assert_allclose(got, model(x).detach().numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_round_epsilons_keeps_the_float32_value():
+    import numpy as np
+
+    from tlm.graph.rewrite import _short
+
+    for eps in (9.999999960041972e-13, 1e-12, 1e-5, 9.999999747378752e-06, 1e-6, 1e-3, 0.1, 3e-7):
+        assert np.float32(_short(eps)) == np.float32(eps) and len(repr(_short(eps))) <= len(repr(eps))
 
 
 def test_matmuls_already_2d_or_batched_are_left_alone():

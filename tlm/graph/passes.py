@@ -158,10 +158,10 @@ def prepare(mod, sink: bool = True, conv_layout: str | None = None):
     from tlm.graph.deconv import subpixel_conv_transpose
     from tlm.graph.layout import CONV_LAYOUT, convert_conv_layout, fold_pads
     from tlm.graph.widths import split_odd_widths
-    from tlm.graph.rewrite import flatten_matmuls, fold_gelu
+    from tlm.graph.rewrite import flatten_matmuls, fold_gelu, round_epsilons
 
     mod = relax.transform.DecomposeOpsForInference()(mod)
-    mod = flatten_matmuls(fold_gelu(relax.transform.CanonicalizeBindings()(mod)))
+    mod = round_epsilons(flatten_matmuls(fold_gelu(relax.transform.CanonicalizeBindings()(mod))))
     mod = subpixel_conv_transpose(mod)
     mod = convert_conv_layout(fold_pads(mod), conv_layout or CONV_LAYOUT)
     mod = constants_last(mod)

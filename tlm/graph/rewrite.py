@@ -15,6 +15,11 @@ issue 48 item 6). `flatten_matmuls` gives it the 2-D form of the PyTorch door. B
 likewise: torch.export writes a 4-D `q @ k^T` as one 3-D batch matmul over the flattened leading
 axes ((16, 3, 16, 16) -> (48, 16, 16)), ONNX keeps the four axes (Swin's window attention ran
 4-6x slower per matmul from the ONNX door at budget 0); they get the 3-D form.
+
+ONNX stores a normalization's epsilon as float32 (1e-12 arrives as 9.99999996e-13), torch.export
+as the Python float: two tasks for one layer norm, and a first choice of each (an ELECTRA's
+layer norms ran 10x slower from the ONNX door at budget 0). `round_epsilons` gives both the
+shortest decimal of the same float32, which is what the kernel computes with either way.
 """
 
 from __future__ import annotations
@@ -120,6 +125,50 @@ def flatten_matmuls(mod):
             flatten = Flatten(mod)
             new = flatten.visit_expr(func)
             if flatten.changed:
+                out = out.clone() if out is mod else out
+                out[gv] = new
+    return out
+
+
+_NORMS = ("relax.nn.layer_norm", "relax.nn.group_norm", "relax.nn.rms_norm")
+
+
+def _short(eps: float) -> float:
+    """The shortest decimal that is the same float32 as `eps` (1e-12 for 9.99999996e-13)."""
+    import numpy as np
+
+    return float(np.format_float_positional(np.float32(eps), unique=True, trim="-")
+                 if abs(eps) >= 1e-4 else np.format_float_scientific(np.float32(eps), unique=True, trim="-"))
+
+
+def round_epsilons(mod):
+    """Layer, group and RMS norms with `_short` epsilons; a module with nothing to change is returned as is."""
+    from tvm import relax
+
+    @relax.expr_functor.mutator
+    class Round(relax.PyExprMutator):
+        changed = False
+
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            name = str(getattr(call.op, "name", ""))
+            if name not in _NORMS or (eps := _short(float(call.attrs.epsilon))) == float(call.attrs.epsilon):
+                return call
+            a = call.attrs
+            self.changed = True
+            if name == "relax.nn.layer_norm":
+                return relax.op.nn.layer_norm(*call.args, axes=list(a.axes), epsilon=eps, center=a.center, scale=a.scale)
+            if name == "relax.nn.group_norm":
+                return relax.op.nn.group_norm(*call.args, num_groups=a.num_groups, channel_axis=a.channel_axis,
+                                              axes=list(a.axes), epsilon=eps, center=a.center, scale=a.scale)
+            return relax.op.nn.rms_norm(*call.args, axes=list(a.axes), epsilon=eps)
+
+    out = mod
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            rounder = Round(mod)
+            new = rounder.visit_expr(func)
+            if rounder.changed:
                 out = out.clone() if out is mod else out
                 out[gv] = new
     return out
