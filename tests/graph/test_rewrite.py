@@ -58,31 +58,37 @@ def test_other_chains_are_left_alone():
     tvm.ir.assert_structural_equal(fold_gelu(mod), mod)
 
 
+def _same_tasks_from_both_doors(model, inputs, tmp_path, host, keep, count, tol=1e-5) -> None:
+    """`model` through torch.export and through its ONNX export: the same `count` tasks that `keep`
+    selects from either door, and the ONNX door's build gives PyTorch's output."""
+    import torch
+    import tvm
+    from tvm import relax
+
+    from tlm.graph.extract import extract_from_relax
+    from tlm.graph.importer import import_onnx, import_torch
+
+    path = str(tmp_path / "model.onnx")
+    torch.onnx.export(model, inputs, path, dynamo=False, opset_version=17)
+    onnx_mod = import_onnx(path).mod
+    picked = lambda ts: {t.hash for t in ts if keep(t)}  # noqa: E731
+    from_torch = picked(extract_from_relax(import_torch(model, inputs).mod, host))
+    assert len(from_torch) == count and from_torch == picked(extract_from_relax(onnx_mod, host))
+    vm = relax.VirtualMachine(tvm.compile(onnx_mod, target="llvm"), tvm.cpu())
+    got = vm["main"](*(tvm.runtime.tensor(t.numpy()) for t in inputs)).numpy()
+    with torch.no_grad():
+        np.testing.assert_allclose(got, model(*inputs).numpy(), rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("shape", [(1, 64, 32), (1, 8, 8, 32), (2, 3, 4, 32)])
 def test_onnx_nd_linear_gives_the_pytorch_door_matmul_task(shape, tmp_path, host):
     """A Linear on an N-D input: ONNX's MatMul keeps the leading axes, torch.export flattens them;
     flatten_matmuls gives both doors the same matmul task, and the output is unchanged."""
     import torch
 
-    from tlm.graph.extract import extract_from_relax
-    from tlm.graph.importer import import_onnx, import_torch
-
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.ReLU(), torch.nn.Linear(48, 16)).eval()
-    x = torch.randn(*shape)
-    path = str(tmp_path / "mlp.onnx")
-    torch.onnx.export(model, (x,), path, dynamo=False)
-    onnx_mod = import_onnx(path).mod
-    mm = lambda ts: {t.hash for t in ts if t.kind == "matmul"}  # noqa: E731
-    from_torch = extract_from_relax(import_torch(model, (x,)).mod, host)
-    from_onnx = extract_from_relax(onnx_mod, host)
-    assert len(mm(from_torch)) == 2 and mm(from_torch) == mm(from_onnx)
-    import tvm
-    from tvm import relax
-
-    vm = relax.VirtualMachine(tvm.compile(onnx_mod, target="llvm"), tvm.cpu())
-    got = vm["main"](tvm.runtime.tensor(x.numpy())).numpy()
-    np.testing.assert_allclose(got, model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+    _same_tasks_from_both_doors(model, (torch.randn(*shape),), tmp_path, host, lambda t: t.kind == "matmul", 2)
 
 
 class _Attention(__import__("torch").nn.Module):
@@ -97,25 +103,9 @@ def test_onnx_4d_batched_matmul_gives_the_pytorch_door_task(tmp_path, host):
     3-D batch matmul; flatten_matmuls gives both doors the same tasks, the output unchanged."""
     import torch
 
-    from tlm.graph.extract import extract_from_relax
-    from tlm.graph.importer import import_onnx, import_torch
-
     torch.manual_seed(0)
-    model = _Attention().eval()
-    q, k, v = (torch.randn(4, 3, 16, 8) for _ in range(3))
-    path = str(tmp_path / "attn.onnx")
-    torch.onnx.export(model, (q, k, v), path, dynamo=False)
-    onnx_mod = import_onnx(path).mod
-    mm = lambda ts: {t.hash for t in ts if "matmul" in t.name}  # noqa: E731
-    from_torch = extract_from_relax(import_torch(model, (q, k, v)).mod, host)
-    from_onnx = extract_from_relax(onnx_mod, host)
-    assert len(mm(from_onnx)) == 2 and mm(from_torch) == mm(from_onnx)
-    import tvm
-    from tvm import relax
-
-    vm = relax.VirtualMachine(tvm.compile(onnx_mod, target="llvm"), tvm.cpu())
-    got = vm["main"](*(tvm.runtime.tensor(t.numpy()) for t in (q, k, v))).numpy()
-    np.testing.assert_allclose(got, model(q, k, v).numpy(), rtol=1e-5, atol=1e-5)
+    inputs = tuple(torch.randn(4, 3, 16, 8) for _ in range(3))
+    _same_tasks_from_both_doors(_Attention().eval(), inputs, tmp_path, host, lambda t: "matmul" in t.name, 2)
 
 
 @pytest.mark.parametrize("eps", [1e-12, 1e-5])
@@ -124,25 +114,10 @@ def test_onnx_float32_epsilon_gives_the_pytorch_door_norm_task(eps, tmp_path, ho
     gives both doors the same layer norm task, the output unchanged."""
     import torch
 
-    from tlm.graph.extract import extract_from_relax
-    from tlm.graph.importer import import_onnx, import_torch
-
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.LayerNorm(16, eps=eps)).eval()
-    x = torch.randn(1, 8, 16)
-    path = str(tmp_path / "norms.onnx")
-    torch.onnx.export(model, (x,), path, dynamo=False, opset_version=17)
-    onnx_mod = import_onnx(path).mod
-    norms = lambda ts: {t.hash for t in ts if "norm" in t.name}  # noqa: E731
-    from_torch = extract_from_relax(import_torch(model, (x,)).mod, host)
-    from_onnx = extract_from_relax(onnx_mod, host)
-    assert len(norms(from_torch)) == 1 and norms(from_torch) == norms(from_onnx)
-    import tvm
-    from tvm import relax
-
-    vm = relax.VirtualMachine(tvm.compile(onnx_mod, target="llvm"), tvm.cpu())
-    got = vm["main"](tvm.runtime.tensor(x.numpy())).numpy()
-    np.testing.assert_allclose(got, model(x).detach().numpy(), rtol=1e-4, atol=1e-4)
+    _same_tasks_from_both_doors(model, (torch.randn(1, 8, 16),), tmp_path, host, lambda t: "norm" in t.name, 1,
+                                tol=1e-4)
 
 
 def test_round_epsilons_keeps_the_float32_value():

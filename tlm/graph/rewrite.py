@@ -84,6 +84,22 @@ def fold_gelu(mod):
     return out
 
 
+def _mutate(mod, mutator):
+    """`mod` with each Relax function visited by a fresh `mutator(mod)`; `mod` itself when no
+    visit set the mutator's `changed` (callers tell "nothing to do" by identity)."""
+    from tvm import relax
+
+    out = mod
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            visitor = mutator(mod)
+            new = visitor.visit_expr(func)
+            if visitor.changed:
+                out = out.clone() if out is mod else out
+                out[gv] = new
+    return out
+
+
 def flatten_matmuls(mod):
     """`reshape(matmul(reshape(x, (M, K)), w), (..., N))` for every `matmul(x, w)` with an N-D
     (N >= 3) `x` of static shape and a 2-D `w`: the form torch.export gives `Linear`; and
@@ -119,15 +135,7 @@ def flatten_matmuls(mod):
                 return relax.op.reshape(out, (*xs[:-1], ws[-1]))
             return call
 
-    out = mod
-    for gv, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            flatten = Flatten(mod)
-            new = flatten.visit_expr(func)
-            if flatten.changed:
-                out = out.clone() if out is mod else out
-                out[gv] = new
-    return out
+    return _mutate(mod, Flatten)
 
 
 _NORMS = ("relax.nn.layer_norm", "relax.nn.group_norm", "relax.nn.rms_norm")
@@ -163,15 +171,7 @@ def round_epsilons(mod):
                                               axes=list(a.axes), epsilon=eps, center=a.center, scale=a.scale)
             return relax.op.nn.rms_norm(*call.args, axes=list(a.axes), epsilon=eps)
 
-    out = mod
-    for gv, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            rounder = Round(mod)
-            new = rounder.visit_expr(func)
-            if rounder.changed:
-                out = out.clone() if out is mod else out
-                out[gv] = new
-    return out
+    return _mutate(mod, Round)
 
 
 # Elementwise aten ops whose result takes PyTorch's promoted dtype (int64 / 4 is float32).
