@@ -42,7 +42,7 @@ costmodel: setup
 	$(BIN)/tlm costmodel --corpus data/corpus --out pretrained/costmodel-llvm-x86_64
 
 test: setup
-	$(BIN)/python -m pytest -q --durations=30
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=30
 
 test-all: setup
 	$(BIN)/python -m pytest -q -m ""

@@ -1,15 +1,17 @@
-"""The gap to ONNX Runtime on CPU (issue 46): each zoo workload compiled by tlm, timed in one
-interleaved run against PyTorch eager and ONNX Runtime on the same inputs and threads, and the
-same library on ONE TVM thread (what tlm ran with on 2-core hosts before 2026-11-28: TVM gives
-its pool half the logical CPUs on x86).
+"""The gap to ONNX Runtime on CPU (issue 46): each zoo workload compiled by tlm at one or more
+budgets, every library timed in one interleaved run against PyTorch eager, torch.compile and
+ONNX Runtime on the same inputs and threads. The README's headline table is its newest run.
 
-    python bench/ort_gap.py [--workloads bert_tiny,...] [--budget 0] [--db-root DIR] [--rounds 5]
+    python bench/ort_gap.py --budget 0,10g [--workloads bert_tiny,...] [--rounds 5] [--readme]
 
-Budget 0 compiles with the shipped model's first choices; `--db-root DIR` compiles from the
-records in DIR/<workload>/<method> instead (e.g. results/full-llvm-znver3-2c/records, method
-tlm@10g), skipping workloads without them. Libraries go to work/ort-gap/<cpu>-<cores>c/; the
-table to bench/results/ort-gap.md (rows appended per run) and .json. The one-thread variant runs
-in a child process (TVM sizes its pool once per process), round by round with the others.
+Each budget is a build (`tlm.compile(workload, budget=B)` with the shipped models, output checked
+against PyTorch); `--db-root DIR` compiles from the records in DIR/<workload>/<method> instead
+(e.g. results/full-llvm-znver3-2c/records, method tlm@10g), skipping workloads without them.
+Libraries and their compile records go to work/ort-gap/<cpu>-<cores>c/ (a killed run resumes
+from the builds done); rows are appended to bench/results/ort-gap.json and the table rewritten
+in .md; `--readme` puts the newest run's table between README.md's ort-gap markers.
+`--one-thread` also times the first build on ONE TVM thread in a child process (what tlm ran
+with on 2-core hosts before 2026-11-28: TVM gives its pool half the logical CPUs on x86).
 """
 
 from __future__ import annotations
@@ -74,12 +76,12 @@ def one_thread_timer(artifact: str, arrays: list, min_repeat_ms: int = 200):
     return (lambda: (conn.send(True), conn.recv())[1]), close
 
 
-def compile_workload(name: str, budget: str | None, db: str | None, out: Path) -> dict:
+def compile_workload(name: str, budget: str | None, db: str | None, out: Path, tune: bool = False) -> dict:
     import tlm
     from tlm.compiler.build import CompileConfig
 
     t0 = time.perf_counter()
-    model = tlm.compile(name, db=db, budget=None if db else budget, output=str(out),
+    model = tlm.compile(name, db=db, budget=budget if tune else None, output=str(out),
                         config=CompileConfig(compare=False, repeat=3))
     return {"artifact": str(out), "matches": model.matches, "max_abs_diff": model.max_abs_diff,
             "tasks": model.tasks, "tuned_tasks": model.tuned_tasks, "greedy_tasks": model.greedy_tasks,
@@ -100,8 +102,28 @@ def _db_from_shards(shards: str, db_dir: Path) -> str:
     return str(db_dir)
 
 
-def time_workload(name: str, artifact: str, rounds: int) -> dict:
-    """One interleaved run: tlm (host threads), tlm (1 thread, child), PyTorch, ONNX Runtime."""
+def _torch_compiled(module, inputs) -> tuple:
+    """(callable, note): the module under `torch.compile` (inductor, default mode), compiled by a
+    first call and checked against eager; (None, reason) when it cannot be had."""
+    import torch
+
+    try:
+        compiled = torch.compile(module)
+        got, want = compiled(*inputs), module(*inputs)
+        got = got[0] if isinstance(got, (tuple, list)) else getattr(got, "last_hidden_state", got)
+        want = want[0] if isinstance(want, (tuple, list)) else getattr(want, "last_hidden_state", want)
+        if not torch.allclose(got, want, rtol=1e-3, atol=1e-3):
+            return None, f"torch.compile's output differs from eager (max abs {float((got - want).abs().max()):.3g})"
+        return (lambda: compiled(*inputs)), None
+    except Exception as err:  # noqa: BLE001 - a contender that fails is a note, not the run's end
+        return None, "torch.compile failed: " + (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+
+
+def time_workload(name: str, artifacts: dict[str, str], rounds: int, one_thread: bool = False,
+                  torch_compile: bool = True) -> dict:
+    """One interleaved run: every tlm library of `artifacts` (build -> .so, host threads), the first
+    one on one TVM thread too (child process) when `one_thread`, PyTorch eager, torch.compile and
+    ONNX Runtime, all on the same inputs and threads. Returns the medians (ms)."""
     from types import SimpleNamespace
 
     import numpy as np
@@ -117,24 +139,38 @@ def time_workload(name: str, artifact: str, rounds: int) -> dict:
     torch.set_num_threads(threads)
     module, inputs = get_workload(name).build()
     arrays = [np.ascontiguousarray(x.numpy()) for x in inputs]
-    vm = relax.VirtualMachine(tvm.runtime.load_module(artifact), tvm.cpu())
     args = to_tvm(arrays)
-    one_thread, close = one_thread_timer(artifact, arrays)
-    runners = {"tlm": lambda: median_ms(lambda: vm["main"](*args), repeat=3, min_repeat_ms=200), "tlm_1thread": one_thread}
-    out: dict = {"threads": threads, "onnxruntime_note": None}
+
+    def timer(fn):
+        return lambda: median_ms(fn, repeat=3, min_repeat_ms=200)
+
+    runners, close = {}, None
+    for build, artifact in artifacts.items():
+        vm = relax.VirtualMachine(tvm.runtime.load_module(artifact), tvm.cpu())
+        runners[f"tlm:{build}"] = timer(lambda vm=vm: vm["main"](*args))
+    if one_thread:
+        runners["tlm_1thread"], close = one_thread_timer(next(iter(artifacts.values())), arrays)
+    out: dict = {"threads": threads, "onnxruntime_note": None, "torch_compile_note": None}
     with torch.no_grad():
-        runners["pytorch"] = lambda: median_ms(lambda: module(*inputs), repeat=3, min_repeat_ms=200)
+        runners["pytorch"] = timer(lambda: module(*inputs))
+        if torch_compile:
+            run, out["torch_compile_note"] = _torch_compiled(module, inputs)
+            if run is not None:
+                runners["torch_compile"] = timer(run)
         plain = SimpleNamespace(onnx_path=None, torch_module=module, example_inputs=inputs, inputs=arrays)
         run, out["onnxruntime_note"] = onnxruntime_runner(plain, threads)
         if run is not None:
-            runners["onnxruntime"] = lambda: median_ms(run, repeat=3, min_repeat_ms=200)
+            runners["onnxruntime"] = timer(run)
         times: dict[str, list[float]] = {k: [] for k in runners}
         for _ in range(rounds):
             for key, fn in runners.items():
                 times[key].append(fn())
-    close()
+    if close:
+        close()
+    out["tlm_ms"] = {k.split(":", 1)[1]: round(statistics.median(v), 4) for k, v in times.items() if k.startswith("tlm:")}
     for key, values in times.items():
-        out[f"{key}_ms"] = round(statistics.median(values), 4)
+        if not key.startswith("tlm:"):
+            out[f"{key}_ms"] = round(statistics.median(values), 4)
     out.update(rounds=rounds, load=round(os.getloadavg()[0], 2), timed=time.strftime("%Y-%m-%d %H:%M"))
     return out
 
@@ -147,75 +183,151 @@ def _hardware() -> tuple[str, str]:
     return f"{info.cpu}-{info.cores}c", host_label(info)
 
 
-def write(rows: list[dict], stem: Path) -> None:
+def _fmt(x) -> str:
+    return f"{x:.3g}" if x else "-"
+
+
+def _ratio(a, b) -> str:
+    return f"{a / b:.2f}x" if a and b else "-"
+
+
+def headline(rows: list[dict]) -> list[str]:
+    """The newest run's rows as one table (a column per tlm build), the README's headline table."""
+    runs = [r for r in rows if r.get("run")]
+    if not runs:
+        return []
+    last = max(r["run"] for r in runs)
+    rows = [r for r in runs if r["run"] == last]
+    builds = list(dict.fromkeys(r["build"] for r in rows))
+    best = builds[-1]  # the last build named is the one compared (e.g. budget 10g)
+    names = list(dict.fromkeys(r["workload"] for r in rows))
+    label = (lambda b: "TLM@" + b.split(" ", 1)[1] if b.startswith("budget ") else b)
+    lines = [f"| workload | {' | '.join(label(b) + ' ms' for b in builds)} | PyTorch ms | torch.compile ms | "
+             f"ONNX Runtime ms | {label(best)} vs ONNX Runtime | vs PyTorch | vs torch.compile | matches |",
+             "|" + "---|" * (len(builds) + 8)]
+    for name in names:
+        by = {r["build"]: r for r in rows if r["workload"] == name}
+        r = by.get(best) or next(iter(by.values()))
+        t = by[best]["tlm_ms"] if best in by else None
+        lines.append(f"| {name} | {' | '.join(_fmt(by[b]['tlm_ms']) if b in by else '-' for b in builds)} | "
+                     f"{_fmt(r['pytorch_ms'])} | {_fmt(r.get('torch_compile_ms'))} | {_fmt(r.get('onnxruntime_ms'))} | "
+                     f"{_ratio(r.get('onnxruntime_ms'), t)} | {_ratio(r['pytorch_ms'], t)} | "
+                     f"{_ratio(r.get('torch_compile_ms'), t)} | {all(x['matches'] for x in by.values())} |")
+    r0 = rows[0]
+    return [f"{r0['date']}, {r0['hardware']}, commit {r0['commit']}, {r0['threads']} threads for every contender, "
+            f"median of {r0.get('rounds', 5)} interleaved rounds; speeds as the other's time over tlm's (above 1x: "
+            f"tlm faster). Command: `{r0.get('command', 'python bench/ort_gap.py')}`.", ""] + lines
+
+
+def write(rows: list[dict], stem: Path, readme: Path | None = None) -> None:
     old = json.loads(stem.with_suffix(".json").read_text()) if stem.with_suffix(".json").exists() else []
     rows = old + rows
     stem.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
-    lines = ["# The gap to ONNX Runtime on CPU (issue 46)", "",
-             "`python bench/ort_gap.py` (one row per workload and run; newest last). Each row: one interleaved run "
-             "(median of the rounds, each the median of 3 repeats of >= 200 ms) of the tlm library on the host's "
-             "threads, the same library on one TVM thread (a child process: what tlm ran with on 2-core hosts "
-             "before 2026-11-28), PyTorch eager and ONNX Runtime on as many threads as tlm. Ratios: the other's "
-             "time over tlm's (above 1: tlm faster).", "",
-             "| date | hardware | commit | workload | build | tlm ms | tlm 1-thread ms | PyTorch ms | ORT ms | "
-             "ORT/tlm | ORT/tlm 1-thread | PyTorch/tlm | threads | load | matches |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    head = headline(rows)
+    lines = ["# The gap to ONNX Runtime on CPU (issue 46)", ""]
+    if head:
+        lines += ["## The newest run", ""] + head + ["", "## Every run", ""]
+    lines += ["`python bench/ort_gap.py` (one row per workload, build and run; newest last). Each run: one interleaved "
+              "run per workload (median of the rounds, each the median of 3 repeats of >= 200 ms) of every tlm "
+              "library built (host threads), PyTorch eager, torch.compile (inductor; rows from 2026-11-29) and ONNX "
+              "Runtime on as many threads as tlm; rows of 2026-11-28 also time the library on one TVM thread (a "
+              "child process: what tlm ran with on 2-core hosts before that day). Ratios: the other's time over "
+              "tlm's (above 1: tlm faster).", "",
+              "| date | hardware | commit | workload | build | tlm ms | tlm 1-thread ms | PyTorch ms | torch.compile ms | "
+              "ORT ms | ORT/tlm | ORT/tlm 1-thread | PyTorch/tlm | threads | load | matches |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        ort, t, t1, pt = r.get("onnxruntime_ms"), r["tlm_ms"], r["tlm_1thread_ms"], r["pytorch_ms"]
-        ratio = (lambda a, b: f"{a / b:.2f}x" if a and b else "-")
-        lines.append(f"| {r['date']} | {r['hardware']} | {r['commit']} | {r['workload']} | {r['build']} | {t:.3g} | "
-                     f"{t1:.3g} | {pt:.3g} | {ort and f'{ort:.3g}' or '-'} | {ratio(ort, t)} | {ratio(ort, t1)} | "
-                     f"{ratio(pt, t)} | {r['threads']} | {r['load']} | {r['matches']} |")
-    notes = [f"- {r['workload']}: ONNX Runtime did not run: {r['onnxruntime_note']}" for r in rows if r.get("onnxruntime_note")]
+        ort, t, t1, pt = r.get("onnxruntime_ms"), r["tlm_ms"], r.get("tlm_1thread_ms"), r["pytorch_ms"]
+        lines.append(f"| {r['date']} | {r['hardware']} | {r['commit']} | {r['workload']} | {r['build']} | {_fmt(t)} | "
+                     f"{_fmt(t1)} | {_fmt(pt)} | {_fmt(r.get('torch_compile_ms'))} | {_fmt(ort)} | {_ratio(ort, t)} | "
+                     f"{_ratio(ort, t1)} | {_ratio(pt, t)} | {r['threads']} | {r['load']} | {r['matches']} |")
+    notes = [f"- {r['workload']} ({r['date']}): ONNX Runtime did not run: {r['onnxruntime_note']}"
+             for r in rows if r.get("onnxruntime_note")]
+    notes += sorted({f"- {r['workload']} ({r['date']}): {r['torch_compile_note']}" for r in rows if r.get("torch_compile_note")})
     notes += sorted({f"- `{r['build']}` of {r['date']} ({r['hardware']}): the records in `{r['records']}/WORKLOAD/`"
                      for r in rows if r.get("records")})
     stem.with_suffix(".md").write_text("\n".join(lines + ([""] + notes if notes else [])) + "\n")
+    if readme and head:
+        _into_readme(readme, head)
+
+
+BEGIN, END = "<!-- ort-gap:begin -->", "<!-- ort-gap:end -->"
+
+
+def _into_readme(readme: Path, head: list[str]) -> None:
+    """Replaces the README's text between the ort-gap markers with the newest run's table."""
+    text = readme.read_text()
+    if BEGIN not in text or END not in text:
+        print(f"ort_gap: {readme} has no {BEGIN} ... {END} markers; not updated", file=sys.stderr)
+        return
+    before, rest = text.split(BEGIN, 1)
+    after = rest.split(END, 1)[1]
+    readme.write_text(before + BEGIN + "\n" + "\n".join(head) + "\n" + END + after)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
-    parser.add_argument("--budget", default="0")
+    parser.add_argument("--budget", default="0", help="comma-separated budgets, each a build timed beside the others (e.g. 0,10g)")
     parser.add_argument("--db-root", help="compile from DIR/<workload>/<method> records instead of a budget")
     parser.add_argument("--method", default="tlm@10g")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--one-thread", action="store_true", help="also time the first build on one TVM thread")
+    parser.add_argument("--no-torch-compile", action="store_true", help="do not time torch.compile")
     parser.add_argument("--compile-only", action="store_true", help="compile (and check) only; time later")
+    parser.add_argument("--readme", action="store_true", help="write the newest run's table into README.md")
     parser.add_argument("--out", default=str(ROOT / "bench/results/ort-gap"))
     args = parser.parse_args(argv)
     import tlm  # noqa: F401 - TVM's pool gets the host's cores before anything runs
 
     slug, hardware = _hardware()
-    build = f"{args.method} records" if args.db_root else f"budget {args.budget}"
     folder = ROOT / "work/ort-gap" / slug
     folder.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    run_id = time.strftime("%Y-%m-%dT%H:%M:%S")
+    command = "python bench/ort_gap.py " + " ".join(a for a in (argv if argv is not None else sys.argv[1:]) if a != "--readme")
     rows = []
     for name in args.workloads.split(","):
-        db = os.path.join(args.db_root, name, args.method) if args.db_root else None
-        if db and not os.path.isdir(db):
-            print(f"{name}: no records at {db}, skipped", file=sys.stderr)
-            continue
-        tag = args.method if db else f"b{args.budget}"
-        if db and not os.path.exists(os.path.join(db, "records.sqlite")):  # a run's committed shards
-            db = _db_from_shards(db, folder / "dbs" / f"{name}@{tag}")
-        cell = folder / f"{name}@{tag}.json"
-        info = json.loads(cell.read_text()) if cell.exists() else None
-        if info is None:
-            print(f"[{time.strftime('%H:%M:%S')}] compiling {name} ({build})", flush=True)
-            info = compile_workload(name, args.budget, db, folder / f"{name}@{tag}.so")
-            cell.write_text(json.dumps(info) + "\n")
-        if not info["matches"]:
-            print(f"{name}: output does NOT match PyTorch (max abs diff {info['max_abs_diff']})", file=sys.stderr)
+        builds: dict[str, tuple[str, str | None, str]] = {}  # build label -> (tag, db, budget)
+        if args.db_root:
+            db = os.path.join(args.db_root, name, args.method)
+            if not os.path.isdir(db):
+                print(f"{name}: no records at {db}, skipped", file=sys.stderr)
+                continue
+            if not os.path.exists(os.path.join(db, "records.sqlite")):  # a run's committed shards
+                db = _db_from_shards(db, folder / "dbs" / f"{name}@{args.method}")
+            builds[f"{args.method} records"] = (args.method, db, None)
+        else:
+            for budget in args.budget.split(","):
+                builds[f"budget {budget}"] = (f"b{budget}", None, budget)
+        infos = {}
+        for build, (tag, db, budget) in builds.items():
+            cell = folder / f"{name}@{tag}.json"
+            info = json.loads(cell.read_text()) if cell.exists() else None
+            if info is None:
+                print(f"[{time.strftime('%H:%M:%S')}] compiling {name} ({build})", flush=True)
+                # a budget build tunes into its own database: tlm.compile's default one is shared by
+                # every budget of a workload (budget 0 would take an earlier 10g run's records)
+                info = compile_workload(name, budget, db or str(folder / "dbs" / f"{name}@{tag}"),
+                                        folder / f"{name}@{tag}.so", tune=budget is not None)
+                cell.write_text(json.dumps(info) + "\n")
+            if not info["matches"]:
+                print(f"{name} ({build}): output does NOT match PyTorch (max abs diff {info['max_abs_diff']})", file=sys.stderr)
+            infos[build] = info
         if args.compile_only:
             continue
         print(f"[{time.strftime('%H:%M:%S')}] timing {name}", flush=True)
-        row = time_workload(name, info["artifact"], args.rounds)
-        row.update(workload=name, build=build, matches=info["matches"], hardware=hardware, commit=commit,
-                   date=time.strftime("%Y-%m-%d"), records=args.db_root)
-        print(json.dumps(row), flush=True)
-        rows.append(row)
+        timing = time_workload(name, {b: i["artifact"] for b, i in infos.items()}, args.rounds,
+                               args.one_thread, not args.no_torch_compile)
+        for build, info in infos.items():
+            row = {k: v for k, v in timing.items() if k != "tlm_ms"}
+            row.update(tlm_ms=timing["tlm_ms"][build], workload=name, build=build, matches=info["matches"],
+                       tasks=info.get("tasks"), measurements=info.get("measurements"), hardware=hardware,
+                       commit=commit, date=time.strftime("%Y-%m-%d"), records=args.db_root, run=run_id, command=command)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
     if rows:
-        write(rows, Path(args.out))
+        write(rows, Path(args.out), ROOT / "README.md" if args.readme else None)
     return 0
 
 
