@@ -77,11 +77,17 @@ def one_thread_timer(artifact: str, arrays: list, min_repeat_ms: int = 200):
 
 
 def compile_workload(name: str, budget: str | None, db: str | None, out: Path, tune: bool = False) -> dict:
+    """`budget` "10g@t2": 10g with every program measured on 2 TVM threads (default: the
+    measurer's, TVM's default pool, on which the corpus was measured)."""
     import tlm
     from tlm.compiler.build import CompileConfig
+    from tlm.measure.measurer import MeasureConfig
+    from tlm.search.base import TuneConfig
 
+    budget, _, threads = (budget or "").partition("@t")
+    tune_config = TuneConfig(measure=MeasureConfig(threads=int(threads))) if threads else None
     t0 = time.perf_counter()
-    model = tlm.compile(name, db=db, budget=budget if tune else None, output=str(out),
+    model = tlm.compile(name, db=db, budget=budget if tune else None, output=str(out), tune_config=tune_config,
                         config=CompileConfig(compare=False, repeat=3))
     return {"artifact": str(out), "matches": model.matches, "max_abs_diff": model.max_abs_diff,
             "tasks": model.tasks, "tuned_tasks": model.tuned_tasks, "greedy_tasks": model.greedy_tasks,
@@ -229,9 +235,9 @@ def write(rows: list[dict], stem: Path, readme: Path | None = None) -> None:
         lines += ["## The newest run", ""] + head + ["", "## Every run", ""]
     lines += ["`python bench/ort_gap.py` (one row per workload, build and run; newest last). Each run: one interleaved "
               "run per workload (median of the rounds, each the median of 3 repeats of >= 200 ms) of every tlm "
-              "library built (host threads), PyTorch eager, torch.compile (inductor; rows from 2026-11-29) and ONNX "
-              "Runtime on as many threads as tlm; rows of 2026-11-28 also time the library on one TVM thread (a "
-              "child process: what tlm ran with on 2-core hosts before that day). Ratios: the other's time over "
+              "library built (host threads), PyTorch eager, torch.compile (inductor; the rows that show it) and ONNX "
+              "Runtime on as many threads as tlm; the earliest rows also time the library on one TVM thread (a "
+              "child process: what tlm ran with on 2-core hosts before 2026-11-28). Ratios: the other's time over "
               "tlm's (above 1: tlm faster).", "",
               "| date | hardware | commit | workload | build | tlm ms | tlm 1-thread ms | PyTorch ms | torch.compile ms | "
               "ORT ms | ORT/tlm | ORT/tlm 1-thread | PyTorch/tlm | threads | load | matches |",
