@@ -6,7 +6,8 @@ ONNX Runtime on the same inputs and threads. The README's headline table is its 
 
 Each budget is a build (`tlm.compile(workload, budget=B)` with the shipped models, output checked
 against PyTorch); `--db-root DIR` compiles from the records in DIR/<workload>/<method> instead
-(e.g. results/full-llvm-znver3-2c/records, method tlm@10g), skipping workloads without them.
+(e.g. results/full-llvm-znver3-2c/records, method tlm@10g), skipping workloads without them;
+with `--budget` too, the records' build is timed beside the budgets' (e.g. MetaSchedule@64g).
 Libraries and their compile records go to work/ort-gap/<cpu>-<cores>c/ (a killed run resumes
 from the builds done); rows are appended to bench/results/ort-gap.json and the table rewritten
 in .md; `--readme` puts the newest run's table between README.md's ort-gap markers.
@@ -198,8 +199,9 @@ def _ratio(a, b) -> str:
 
 
 def headline(rows: list[dict]) -> list[str]:
-    """The newest run's rows as one table (a column per tlm build), the README's headline table."""
+    """The newest `--readme` run's rows as one table (a column per tlm build): the README's headline."""
     runs = [r for r in rows if r.get("run")]
+    runs = [r for r in runs if r.get("readme")] or runs
     if not runs:
         return []
     last = max(r["run"] for r in runs)
@@ -274,7 +276,8 @@ def _into_readme(readme: Path, head: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
-    parser.add_argument("--budget", default="0", help="comma-separated budgets, each a build timed beside the others (e.g. 0,10g)")
+    parser.add_argument("--budget", help="comma-separated budgets, each a build timed beside the others (e.g. 0,10g; "
+                        "default 0, none with --db-root)")
     parser.add_argument("--db-root", help="compile from DIR/<workload>/<method> records instead of a budget")
     parser.add_argument("--method", default="tlm@10g")
     parser.add_argument("--rounds", type=int, default=5)
@@ -295,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in args.workloads.split(","):
         builds: dict[str, tuple[str, str | None, str]] = {}  # build label -> (tag, db, budget)
+        for budget in (args.budget or ("" if args.db_root else "0")).split(","):
+            if budget:
+                builds[f"budget {budget}"] = (f"b{budget}", None, budget)
         if args.db_root:
             db = os.path.join(args.db_root, name, args.method)
             if not os.path.isdir(db):
@@ -303,9 +309,6 @@ def main(argv: list[str] | None = None) -> int:
             if not os.path.exists(os.path.join(db, "records.sqlite")):  # a run's committed shards
                 db = _db_from_shards(db, folder / "dbs" / f"{name}@{args.method}")
             builds[f"{args.method} records"] = (args.method, db, None)
-        else:
-            for budget in args.budget.split(","):
-                builds[f"budget {budget}"] = (f"b{budget}", None, budget)
         infos = {}
         for build, (tag, db, budget) in builds.items():
             cell = folder / f"{name}@{tag}.json"
@@ -329,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
             row = {k: v for k, v in timing.items() if k != "tlm_ms"}
             row.update(tlm_ms=timing["tlm_ms"][build], workload=name, build=build, matches=info["matches"],
                        tasks=info.get("tasks"), measurements=info.get("measurements"), hardware=hardware,
-                       commit=commit, date=time.strftime("%Y-%m-%d"), records=args.db_root, run=run_id, command=command)
+                       commit=commit, date=time.strftime("%Y-%m-%d"), records=args.db_root if build.endswith(" records") else None, run=run_id,
+                       command=command, readme=args.readme)
             print(json.dumps(row), flush=True)
             rows.append(row)
     if rows:
