@@ -77,18 +77,19 @@ def one_thread_timer(artifact: str, arrays: list, min_repeat_ms: int = 200):
     return (lambda: (conn.send(True), conn.recv())[1]), close
 
 
-def compile_workload(name: str, budget: str | None, db: str | None, out: Path, tune: bool = False) -> dict:
-    """`budget` "10g@t2": 10g with every program measured on 2 TVM threads (default: the
+def compile_workload(name: str, budget: str | None, db: str | None, out: Path) -> dict:
+    """The workload tuned to `budget` into `db` and compiled, or (`budget` None) compiled from
+    `db`'s records. "10g@t2": 10g with every program measured on 2 TVM threads (default: the
     measurer's, TVM's default pool, on which the corpus was measured)."""
     import tlm
     from tlm.compiler.build import CompileConfig
     from tlm.measure.measurer import MeasureConfig
     from tlm.search.base import TuneConfig
 
-    budget, _, threads = (budget or "").partition("@t")
+    budget, _, threads = budget.partition("@t") if budget else (None, "", "")
     tune_config = TuneConfig(measure=MeasureConfig(threads=int(threads))) if threads else None
     t0 = time.perf_counter()
-    model = tlm.compile(name, db=db, budget=budget if tune else None, output=str(out), tune_config=tune_config,
+    model = tlm.compile(name, db=db, budget=budget, output=str(out), tune_config=tune_config,
                         config=CompileConfig(compare=False, repeat=3))
     return {"artifact": str(out), "matches": model.matches, "max_abs_diff": model.max_abs_diff,
             "tasks": model.tasks, "tuned_tasks": model.tuned_tasks, "greedy_tasks": model.greedy_tasks,
@@ -114,11 +115,11 @@ def _torch_compiled(module, inputs) -> tuple:
     first call and checked against eager; (None, reason) when it cannot be had."""
     import torch
 
+    from tlm.graph.importer import _first_tensor
+
     try:
         compiled = torch.compile(module)
-        got, want = compiled(*inputs), module(*inputs)
-        got = got[0] if isinstance(got, (tuple, list)) else getattr(got, "last_hidden_state", got)
-        want = want[0] if isinstance(want, (tuple, list)) else getattr(want, "last_hidden_state", want)
+        got, want = _first_tensor(compiled(*inputs)), _first_tensor(module(*inputs))
         if not torch.allclose(got, want, rtol=1e-3, atol=1e-3):
             return None, f"torch.compile's output differs from eager (max abs {float((got - want).abs().max()):.3g})"
         return (lambda: compiled(*inputs)), None
@@ -318,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
                 # a budget build tunes into its own database: tlm.compile's default one is shared by
                 # every budget of a workload (budget 0 would take an earlier 10g run's records)
                 info = compile_workload(name, budget, db or str(folder / "dbs" / f"{name}@{tag}"),
-                                        folder / f"{name}@{tag}.so", tune=budget is not None)
+                                        folder / f"{name}@{tag}.so")
                 cell.write_text(json.dumps(info) + "\n")
             if not info["matches"]:
                 print(f"{name} ({build}): output does NOT match PyTorch (max abs diff {info['max_abs_diff']})", file=sys.stderr)

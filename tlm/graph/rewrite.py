@@ -74,30 +74,36 @@ def fold_gelu(mod):
             return expr
         return relax.op.nn.gelu(matches[x])
 
-    out = mod
-    for gv, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            new = rewrite_call(pattern, rewriter, func)
-            if not new.same_as(func):
-                out = out.clone() if out is mod else out
-                out[gv] = new
-    return out
+    def per_func(func):
+        new = rewrite_call(pattern, rewriter, func)
+        return None if new.same_as(func) else new
+
+    return _per_function(mod, per_func)
 
 
-def _mutate(mod, mutator):
-    """`mod` with each Relax function visited by a fresh `mutator(mod)`; `mod` itself when no
-    visit set the mutator's `changed` (callers tell "nothing to do" by identity)."""
+def _per_function(mod, rewrite):
+    """`mod` with each Relax function replaced by `rewrite(func)` where that is not None; `mod`
+    itself when nothing changed (callers tell "nothing to do" by identity)."""
     from tvm import relax
 
     out = mod
     for gv, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            visitor = mutator(mod)
-            new = visitor.visit_expr(func)
-            if visitor.changed:
-                out = out.clone() if out is mod else out
-                out[gv] = new
+        if isinstance(func, relax.Function) and (new := rewrite(func)) is not None:
+            out = out.clone() if out is mod else out
+            out[gv] = new
     return out
+
+
+def _mutate(mod, mutator):
+    """`_per_function` with a fresh `mutator(mod)` per function, whose `changed` says whether its
+    visit changed anything."""
+
+    def per_func(func):
+        visitor = mutator(mod)
+        new = visitor.visit_expr(func)
+        return new if visitor.changed else None
+
+    return _per_function(mod, per_func)
 
 
 def flatten_matmuls(mod):
@@ -145,8 +151,7 @@ def _short(eps: float) -> float:
     """The shortest decimal that is the same float32 as `eps` (1e-12 for 9.99999996e-13)."""
     import numpy as np
 
-    return float(np.format_float_positional(np.float32(eps), unique=True, trim="-")
-                 if abs(eps) >= 1e-4 else np.format_float_scientific(np.float32(eps), unique=True, trim="-"))
+    return float(str(np.float32(eps)))  # numpy prints a float32 as its shortest unique decimal
 
 
 def round_epsilons(mod):
