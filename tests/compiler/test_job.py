@@ -59,6 +59,14 @@ def test_small_cnn_from_small_db(tmp_path, host):
     want = net(inputs[0]).detach().numpy()
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
     np.testing.assert_allclose(model(inputs[0].numpy()), got)
+    # A budget on a records directory that holds measurements already adds to them; the summary
+    # line says how many were there (budget 0 there is not a zero-measurement build).
+    from tlm.compiler.job import _measured_before
+
+    assert _measured_before(db, tasks, host) == 4 and _measured_before(str(tmp_path / "none"), tasks, host) == 0
+    assert model.earlier_note() == "" and report["earlier_measurements"] == 0
+    model.earlier_measurements = 4
+    assert "4 of them already in the records directory from an earlier run, 0 new" in model.earlier_note()
 
 
 def test_packed_weights_fold_into_the_compiled_model(tmp_path, host):

@@ -63,6 +63,7 @@ class CompiledModel:
     db: str | None = None
     budget: str | None = None  # set when the model was tuned with the TLM tuner first
     tune_s: float | None = None
+    earlier_measurements: int = 0  # of `measurements`, those already in `db` before this call tuned
     wall_s: float | None = None  # tuning (if any) + build + check + timing
 
     def __call__(self, *inputs):
@@ -81,8 +82,17 @@ class CompiledModel:
             "greedy_tasks": self.greedy_tasks, "threads": self.threads, "artifact": self.artifact,
             "target": self.target, "weighted_task_latency_us": self.weighted_task_latency_us,
             "db": self.db, "budget": self.budget, "tune_s": self.tune_s, "wall_s": self.wall_s,
+            "earlier_measurements": self.earlier_measurements,
             "untuned_tasks": self.untuned_tasks, "task_rows": self.task_rows,
         }
+
+    def earlier_note(self) -> str:
+        """What the summary line says when the records directory held measurements already: a
+        budget adds to them (resuming), so budget 0 there is not a zero-measurement build."""
+        if not self.earlier_measurements:
+            return ""
+        return (f" ({self.earlier_measurements} of them already in the records directory from an earlier run, "
+                f"{max(self.measurements - self.earlier_measurements, 0)} new; give --db to start from none)")
 
     @property
     def untuned_tasks(self) -> list[str]:

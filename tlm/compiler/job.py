@@ -44,12 +44,13 @@ def tune_and_compile(imported, tasks, target, *, db: str | None, budget: str | i
 
     info = resolve_target(target)
     t0 = time.perf_counter()
-    tune_s = None
+    tune_s, earlier = None, 0
     if budget is not None:
         from tlm.search.base import TuneConfig
         from tlm.search.tune import tune
 
         db = db or default_run_dir(imported.source, info)
+        earlier = _measured_before(db, tasks, info)
         try:
             tune(list(tasks), "tlm", budget, db, target=info, config=tune_config or TuneConfig(),
                  progress=progress, model=model)
@@ -70,8 +71,23 @@ def tune_and_compile(imported, tasks, target, *, db: str | None, budget: str | i
     out = compile_imported(imported, db, target=info, output=output, config=config, tasks=tasks)
     out.budget = None if budget is None else str(budget)
     out.tune_s = tune_s
+    out.earlier_measurements = earlier
     out.wall_s = time.perf_counter() - t0
     return out
+
+
+def _measured_before(db: str, tasks, info) -> int:
+    """Records of these tasks already in `db` before tuning: a budget counts what is measured on
+    top of them, so a run directory that an earlier, bigger budget filled is reused as it is."""
+    if not os.path.isdir(db):
+        return 0
+    from tlm.measure.database import GREEDY, open_db
+
+    database = open_db(db, create=False)
+    try:  # as compile_database counts them: greedy programs are stored, not measured
+        return sum(database.count(t.hash, info.key) - database.count(t.hash, info.key, GREEDY) for t in tasks)
+    finally:
+        database.close()
 
 
 def compile_model(module, example_inputs=None, *, db: str | None = None, target=None,
@@ -160,7 +176,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
             print(f"ONNX Runtime: {model.onnxruntime_note}")
         budget = f", budget {model.budget}" if model.budget is not None else ""
         tuning = f" ({model.tune_s:.1f} s tuning)" if model.tune_s is not None else ""
-        print(f"measurements: {model.measurements}{budget}; wall time {model.wall_s:.1f} s{tuning}")
+        print(f"measurements: {model.measurements}{budget}{model.earlier_note()}; wall time {model.wall_s:.1f} s{tuning}")
         print(f"records: {model.db}")
         print(f"artifact: {model.artifact}")
     if (note := model.untuned_note()) is not None:  # on stderr, with --json too
