@@ -41,6 +41,26 @@ def _inputs(shapes: list[str]):
     return out
 
 
+def _flusher():
+    """A function that evicts the caches: it writes a buffer of twice the last-level cache (64 MiB
+    when the size cannot be read), so that a kernel called next reads its weights and inputs from
+    memory, as a model's kernel does when the layers before it filled the caches with their own."""
+    import numpy as np
+
+    size = 32 << 20
+    try:
+        text = Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()
+        size = int(text[:-1]) << (20 if text.endswith("M") else 10) if text[-1] in "KM" else int(text)
+    except (OSError, ValueError, IndexError):
+        pass
+    buf = np.zeros(2 * size // 8, dtype=np.float64)
+
+    def flush() -> None:
+        np.add(buf, 1.0, out=buf)
+
+    return flush
+
+
 def profile(artifact: str, shapes: list[str], rounds: int) -> dict:
     """Interleaved rounds (so that drift of the host hits all three alike): the whole call on a
     plain VM, the whole call on an instrumented VM (each call instruction timed), then each kernel
@@ -77,6 +97,8 @@ def profile(artifact: str, shapes: list[str], rounds: int) -> dict:
         func(*call_args)
     whole, instrumented = [], []
     alone: dict[str, list[float]] = collections.defaultdict(list)
+    cold: dict[str, list[float]] = collections.defaultdict(list)
+    flush = _flusher()
     per_round: list[dict[str, float]] = []
     for _ in range(rounds):
         t0 = time.perf_counter()
@@ -95,10 +117,19 @@ def profile(artifact: str, shapes: list[str], rounds: int) -> dict:
             this[symbol] += time.perf_counter() - t0
         for k, v in this.items():
             alone[k].append(v)
+        this = collections.defaultdict(float)
+        for symbol, func, call_args in calls:  # cold: every cache level refilled by other data first
+            flush()
+            t0 = time.perf_counter()
+            func(*call_args)
+            this[symbol] += time.perf_counter() - t0
+        for k, v in this.items():
+            cold[k].append(v)
     symbols = per_round[0].keys()
     med = {k: statistics.median(r.get(k, 0.0) for r in per_round) * 1e3 for k in symbols}
     count = collections.Counter(sym for sym, _, _ in calls)
     alone_ms = {k: statistics.median(v) * 1e3 for k, v in alone.items()}
+    cold_ms = {k: statistics.median(v) * 1e3 for k, v in cold.items()}
     kernels = {k: v for k, v in med.items() if not k.startswith("vm.")}
     builtins = {k: v for k, v in med.items() if k.startswith("vm.")}
     return {
@@ -107,10 +138,12 @@ def profile(artifact: str, shapes: list[str], rounds: int) -> dict:
         "instrumented_ms": round(statistics.median(instrumented) * 1e3, 4),
         "kernels_inside_ms": round(sum(kernels.values()), 4),
         "kernels_alone_ms": round(sum(alone_ms.values()), 4),
+        "kernels_cold_ms": round(sum(cold_ms.values()), 4),
         "builtins_ms": round(sum(builtins.values()), 4),
         "kernel_calls": len(calls), "threads": runtime_threads(),
         "builtin_calls": sum(len(v) for k, v in inside.items() if k.startswith("vm.")),  # the last round's
-        "top": sorted(({"kernel": k, "calls": count[k], "inside_ms": round(v, 4), "alone_ms": round(alone_ms.get(k, 0), 4)}
+        "top": sorted(({"kernel": k, "calls": count[k], "inside_ms": round(v, 4), "alone_ms": round(alone_ms.get(k, 0), 4),
+                        "cold_ms": round(cold_ms.get(k, 0), 4)}
                        for k, v in kernels.items()), key=lambda r: -r["inside_ms"])[:15],
     }
 
@@ -119,19 +152,23 @@ def write(rows: list[dict], out: Path) -> None:
     lines = ["# Where a compiled model's time goes (issue 46 item 1)", "",
              "Command: `python bench/vm_profile.py MODEL.so SHAPE...` (one row per library; see the script's "
              "docstring). Medians in ms. `inside`: the kernels' time within the whole call (VM instrument); "
-             "`alone`: each kernel called twice on the same arguments, the second timed (warm caches); interleaved rounds; `builtins`: "
-             "the VM's own calls (allocation, shape checks).", "",
-             "| date | hardware | library | whole | kernels inside | kernels alone | builtins (calls) | "
-             "whole / alone | load |", "|---|---|---|---|---|---|---|---|---|"]
+             "`alone`: each kernel called twice on the same arguments, the second timed (warm caches); `cold`: each kernel "
+             "called once after a write of twice the last-level cache (weights and inputs from memory; rows before "
+             "2026-11-28 18:00 lack it); interleaved rounds; `builtins`: the VM's own calls (allocation, shape checks).", "",
+             "| date | hardware | library | whole | kernels inside | kernels alone | kernels cold | builtins (calls) | "
+             "whole / alone | whole / cold | load |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        cold = r.get("kernels_cold_ms")
+        cold_ms, per_cold = ("-", "-") if not cold else (f"{cold:.2f}", f"{r['whole_ms'] / cold:.2f}")
         lines.append(f"| {r['date']} | {r['hardware']} | {r['name']} | {r['whole_ms']:.2f} | {r['kernels_inside_ms']:.2f} "
-                     f"| {r['kernels_alone_ms']:.2f} | {r['builtins_ms']:.2f} ({r['builtin_calls']}) | "
-                     f"{r['whole_ms'] / r['kernels_alone_ms']:.2f} | {r['load']} |")
+                     f"| {r['kernels_alone_ms']:.2f} | {cold_ms} | {r['builtins_ms']:.2f} ({r['builtin_calls']}) | "
+                     f"{r['whole_ms'] / r['kernels_alone_ms']:.2f} | {per_cold} | {r['load']} |")
     for r in rows:
         lines += ["", f"## {r['name']} ({r['date']}, {r['hardware']}): largest kernels", "",
-                  "| kernel | calls | inside ms | alone ms | inside / alone |", "|---|---|---|---|---|"]
+                  "| kernel | calls | inside ms | alone ms | cold ms | inside / alone |", "|---|---|---|---|---|---|"]
         lines += [f"| {t['kernel']} | {t['calls']} | {t['inside_ms']:.3f} | {t['alone_ms']:.3f} | "
-                  f"{t['inside_ms'] / t['alone_ms']:.2f} |" for t in r["top"] if t["alone_ms"] > 0]
+                  + ("-" if t.get("cold_ms") is None else f"{t['cold_ms']:.3f}")
+                  + f" | {t['inside_ms'] / t['alone_ms']:.2f} |" for t in r["top"] if t["alone_ms"] > 0]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
 
