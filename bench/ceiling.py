@@ -145,8 +145,7 @@ def run_matmul(trials: int, variants: list[str], rounds: int, target) -> dict:
     import torch
     import tvm
 
-    from tlm.compiler.build import CompileConfig, compile_imported, onnxruntime_runner
-    from tlm.eval.run import interleaved
+    from tlm.compiler.build import CompileConfig, compile_imported
     from tlm.graph.extract import extract_from_relax
     from tlm.graph.importer import import_torch
     from tlm.measure.database import open_db
@@ -189,17 +188,9 @@ def run_matmul(trials: int, variants: list[str], rounds: int, target) -> dict:
         fns[f"tvm {variant}"] = lambda vm=cm.vm: vm["main"](*args)
         print(f"matmul {variant}: {len(recs)} measurements in {wall:.0f} s, best {best * 1e6:.1f} us, "
               f"GFLOPS {curve}", flush=True)
-    w, b = module.weight.detach(), module.bias.detach()
-    x2 = x.reshape(m, k)
-    fns["pytorch addmm"] = lambda: torch.addmm(b, x2, w.t())
-    ex = imported.example_inputs
-    fns["pytorch Linear"] = lambda: module(*ex)
-    ort, note = onnxruntime_runner(imported, target.cores)
-    if ort is not None:
-        fns["onnxruntime"] = ort
-    else:
-        out["onnxruntime_note"] = note
-    times = interleaved(fns, rounds, min_ms=100)
+    from ceiling_matmul import time_with_references
+
+    times = time_with_references(fns, module, x, imported, target, rounds, out)
     out["us"] = {key: statistics.median(v) * 1e3 for key, v in times.items()}
     out["times_ms"] = times
     out["pytorch_gflops"] = 2.0 * m * k * n / (out["us"]["pytorch addmm"] * 1e-6) / 1e9

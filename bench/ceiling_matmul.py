@@ -96,13 +96,32 @@ def grid_programs(task, target, cap: int = 120, seed: int = 0) -> list:
     return out
 
 
+def time_with_references(fns: dict, module, x, imported, target, rounds: int, out: dict) -> dict:
+    """`fns` (the TVM builds) timed interleaved with `torch.addmm`, the `nn.Linear` itself and ONNX
+    Runtime on `imported`'s inputs (ms per call, per round); a missing ORT is noted in `out`."""
+    import torch
+
+    from tlm.compiler.build import onnxruntime_runner
+    from tlm.eval.timing import interleaved
+
+    w, b = module.weight.detach(), module.bias.detach()
+    x2 = x.reshape(-1, x.shape[-1])
+    fns["pytorch addmm"] = lambda: torch.addmm(b, x2, w.t())
+    fns["pytorch Linear"] = lambda: module(x)
+    ort, note = onnxruntime_runner(imported, target.cores)
+    if ort is not None:
+        fns["onnxruntime"] = ort
+    else:
+        out["onnxruntime_note"] = note
+    return interleaved(fns, rounds, min_ms=100)
+
+
 def run_shape(shape: tuple[int, int, int], tlm_budget: int, trials: int, rounds: int, target) -> dict:
     import numpy as np
     import torch
     import tvm
 
-    from tlm.compiler.build import CompileConfig, compile_imported, onnxruntime_runner
-    from tlm.eval.timing import interleaved
+    from tlm.compiler.build import CompileConfig, compile_imported
     from tlm.graph.extract import extract_from_relax
     from tlm.graph.importer import import_torch
     from tlm.measure.database import GREEDY, open_db
@@ -151,16 +170,7 @@ def run_shape(shape: tuple[int, int, int], tlm_budget: int, trials: int, rounds:
         print(f"{m}x{k}x{n} {variant}: {len(recs)} measured in {wall:.0f} s, best {best * 1e6:.1f} us "
               f"({task.flops / best / 1e9:.1f} GFLOPS, one thread), output {'ok' if cm.matches else 'WRONG'}",
               flush=True)
-    w, b = module.weight.detach(), module.bias.detach()
-    x2 = x.reshape(m, k)
-    fns["pytorch addmm"] = lambda: torch.addmm(b, x2, w.t())
-    fns["pytorch Linear"] = lambda: module(x)
-    ort, note = onnxruntime_runner(imported, target.cores)
-    if ort is not None:
-        fns["onnxruntime"] = ort
-    else:
-        out["onnxruntime_note"] = note
-    times = interleaved(fns, rounds, min_ms=100)
+    times = time_with_references(fns, module, x, imported, target, rounds, out)
     flop = 2.0 * m * k * n
     out["ms"] = {key: statistics.median(v) for key, v in times.items()}
     out["gflops"] = {key: flop / (v * 1e-3) / 1e9 for key, v in out["ms"].items()}
