@@ -14,6 +14,7 @@ import json
 import statistics
 from pathlib import Path
 
+
 def _geomean(values: list[float]) -> float | None:
     return statistics.geometric_mean(values) if values else None
 
@@ -50,6 +51,7 @@ def write_report(run: Path | None, names: list[str], stem: Path, hardware: str) 
     failures, the targets)."""
     merged = load_cells(run, stem, hardware)
     stem.with_suffix(".json").write_text(json.dumps(list(merged.values()), indent=1))
+
     def newest(host: str) -> tuple[str, bool]:  # a tie on the date: this host's run first
         return max(c.get("date") or "" for (h, _, _), c in merged.items() if h == host), host == hardware
 
@@ -93,7 +95,7 @@ def _section(hw: str, cells: dict[tuple[str, str], dict], names: list[str]) -> l
                 problems.append(f"- `{name}` @{b} **{c['status']}**: {c.get('error') or ''}"
                                 + (f" (max abs diff {c.get('max_abs_diff'):.3g}, tolerance {c.get('tolerance'):.3g})"
                                    if c["status"] == "mismatch" else ""))
-            if c and c["status"] == "ok" and c.get("tlm_ms") and c.get("pytorch_ms"):
+            if _ok(c):
                 ratios[b].append(c["tlm_ms"] / c["pytorch_ms"])
         oks = [c for c in row.values() if c and c["status"] == "ok"]
         base = oks[0] if oks else first
