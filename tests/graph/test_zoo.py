@@ -85,7 +85,7 @@ def test_outputs_do_not_vanish(name):
         assert module(x).abs().max().item() > 1e-3
 
 
-NEW_FAMILIES = ["wav2vec2", "swin", "unet", "vae_decoder"]  # issue 48: operators the paper's zoo lacks
+NEW_FAMILIES = ["wav2vec2", "swin", "unet", "vae_decoder", "conv1d_enc"]  # issue 48: operators the paper's zoo lacks
 
 
 def test_new_families_are_training_only():
@@ -115,3 +115,17 @@ def test_wav2vec2_gives_conv1d_and_group_norm_tasks(host):
     module, x = get_workload("wav2vec2-b1-a8000").build()
     kinds = {t.kind for t in tlm.extract_tasks(module, x, target=host)}
     assert {"conv1d", "group_norm", "matmul", "softmax", "layer_norm"} <= kinds
+
+
+def test_conv1d_encoder_gives_strided_dilated_depthwise_and_pointwise_conv1d_tasks(host):
+    """Narrow conv1d tasks of every kind an audio front end or a TCN has (the battery's conv1d_audio
+    crawled at budget 0: the cost model had seen only wav2vec 2.0's 512-channel conv1d)."""
+    import tlm
+
+    module, x = get_workload("conv1d_enc-b1-a6000").build()
+    convs = [t for t in tlm.extract_tasks(module, x, target=host) if t.kind == "conv1d"]
+    weights = {tuple(t.args[1]["shape"]) for t in convs}
+    assert len(convs) == 10
+    assert (96, 1, 15) in weights and (128, 1, 7) in weights  # depthwise
+    assert (96, 96, 1) in weights  # pointwise
+    assert max(t.args[1]["shape"][0] for t in convs) <= 160  # narrow, unlike wav2vec 2.0's 512

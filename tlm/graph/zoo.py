@@ -142,6 +142,15 @@ def _resnet(block, depths, **kw):
     return factory
 
 
+def _audio(name: str, **kw):
+    def factory():
+        from tlm.graph.models import audio
+
+        return getattr(audio, name)(**kw)
+
+    return factory
+
+
 def _unet(name: str, **kw):
     def factory():
         from tlm.graph.models import unet
@@ -212,6 +221,9 @@ FAMILIES: dict[str, Family] = {
                                           num_attention_heads=6, intermediate_size=1536),
                        "wav2vec 2.0, 7-layer conv1d features, 4 layers, 384 hidden (raw 16 kHz audio)",
                        NLP_BATCHES, (8000, 16000, 32000)),
+    "conv1d_enc": Family("audio", _plain(_audio("Conv1dEncoder")),
+                         "conv1d audio encoder, 10 narrow conv1d layers (strided, dilated, depthwise, pointwise; "
+                         "48-160 channels; plain PyTorch)", (1, 4), (6000, 20000)),
     "swin": Family("image", _hf_image("SwinForImageClassification", "SwinConfig", embed_dim=96, depths=[2, 2, 2],
                                       num_heads=[3, 6, 12], window_size=7),
                    "Swin-T's first three stages (depths 2-2-2, embed 96, window 7)", (1, 4), (112, 224)),
