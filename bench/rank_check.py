@@ -1,0 +1,155 @@
+"""How well a cost model orders programs it has never seen: the measured records of a database, re-ranked.
+
+    python bench/rank_check.py DB [DB ...] [--cost-models shipped=pretrained/costmodel-llvm-x86_64 new=DIR]
+        [--min-programs 10] [--name rank-check]
+
+Each DB is a tlm record database (a directory with records.sqlite) whose tasks are in no training
+data, for example a battery cell's `work/outside-zoo/CPU-CORESc/dbs/MODEL@10g`. For every task with
+at least --min-programs correct records measured on this host's target, each cost model scores the
+measured programs; the table gives the Spearman correlation between its score and the measured
+speed, and what its top-scored program costs against the task's best (what `--budget 0` would have
+applied if those programs had been its samples). No measurement is taken: the latencies are the
+records'. Writes bench/results/NAME.{md,json}; earlier runs stay (a run is replaced only by one of
+the same date, hardware, database and cost model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def spearman(a: list[float], b: list[float]) -> float:
+    """Spearman's rank correlation (average ranks for ties); 0 when either side is constant."""
+    def ranks(v):
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(v):
+            j = i
+            while j + 1 < len(v) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2
+            i = j + 1
+        return r
+
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = statistics.fmean(ra), statistics.fmean(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    var = (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
+    return cov / var if var else 0.0
+
+
+def task_rows(db_dir: str, cost_models: dict, target, min_programs: int) -> list[dict]:
+    """One row per (task, cost model) of a database."""
+    from tlm.measure.database import open_db
+    from tlm.search.costmodel import features
+    from tlm.space.language import parse
+
+    rows = []
+    with open_db(db_dir) as db:
+        for task_hash in sorted(db.best_by_task(target.key)):
+            task = db.task(task_hash)
+            recs = [r for r in db.records(task_hash, target.key) if r.error is None and r.median_s]
+            schedules, lat = [], []
+            for rec in {r.sentence: r for r in recs}.values():  # a sentence measured twice counts once
+                try:
+                    schedules.append(parse(rec.sentence, task, target).sch)
+                    lat.append(rec.median_s)
+                except Exception:  # noqa: BLE001 - a sentence of an older space: left out
+                    continue
+            if task is None or len(lat) < min_programs:
+                continue
+            x = features(task, schedules, target)
+            for label, cm in cost_models.items():
+                score = [float(s) for s in cm.predict(x, target)]
+                top = max(range(len(score)), key=lambda i: score[i])
+                rows.append({"db": db_dir, "task": task.name, "kind": task.kind, "programs": len(lat),
+                             "cost_model": label, "spearman": round(spearman(score, [-v for v in lat]), 3),
+                             "top_ms": lat[top] * 1e3, "best_ms": min(lat) * 1e3,
+                             "median_ms": statistics.median(lat) * 1e3,
+                             "top_rank": sum(v < lat[top] for v in lat)})
+    return rows
+
+
+def write(runs: list[dict], stem: Path) -> None:
+    stem.with_suffix(".json").write_text(json.dumps(runs, indent=1))
+    lines = ["# Cost models re-ranking measured programs of unseen tasks", "",
+             "Command: `python bench/rank_check.py DB ... --cost-models LABEL=DIR ...` (see its docstring). "
+             "Per task: Spearman between the model's score and the measured speed (1: perfect order, 0: "
+             "none), the latency of the model's top-scored program over the task's best measured one "
+             "(`top/best`; 1.0: it picked the fastest) and over the median program (`top/median`). No "
+             "new measurement: the records' own latencies.", ""]
+    for run in reversed(runs):
+        lines += [f"## {run['date']}, {run['hardware']}, commit {run['commit']}", "",
+                  "| database | task | kind | programs | cost model | Spearman | top/best | top/median | top's rank |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in run["rows"]:
+            lines.append(f"| {Path(r['db']).name} | {r['task'][:48]} | {r['kind']} | {r['programs']} | "
+                         f"{r['cost_model']} | {r['spearman']:+.2f} | {r['top_ms'] / r['best_ms']:.2f} | "
+                         f"{r['top_ms'] / r['median_ms']:.2f} | {r['top_rank']} |")
+        lines += [""]
+        for label in dict.fromkeys(r["cost_model"] for r in run["rows"]):
+            mine = [r for r in run["rows"] if r["cost_model"] == label]
+            for kind in sorted({r["kind"] for r in mine}) + ["all"]:
+                sel = [r for r in mine if kind in ("all", r["kind"])]
+                lines.append(f"- `{label}`, {kind} ({len(sel)} tasks): mean Spearman "
+                             f"{statistics.fmean(r['spearman'] for r in sel):+.2f}, geomean top/best "
+                             f"{statistics.geometric_mean([r['top_ms'] / r['best_ms'] for r in sel]):.2f}, "
+                             f"summed top {sum(r['top_ms'] for r in sel):.3g} ms against best "
+                             f"{sum(r['best_ms'] for r in sel):.3g} ms")
+        lines.append("")
+    stem.with_suffix(".md").write_text("\n".join(lines))
+
+
+def main(argv: list[str] | None = None) -> int:
+    import subprocess
+
+    from tlm.graph.target import resolve_target
+    from tlm.measure.shards import host_label
+    from tlm.search.costmodel import CostModel, default_cost_model
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("dbs", nargs="+", help="record databases (directories with records.sqlite)")
+    p.add_argument("--cost-models", nargs="+", default=None, metavar="LABEL=DIR",
+                   help="default: shipped=the shipped cost model for this host")
+    p.add_argument("--min-programs", type=int, default=10)
+    p.add_argument("--name", default="rank-check")
+    args = p.parse_args(argv)
+    target = resolve_target("host")
+    specs = args.cost_models or [f"shipped={default_cost_model(target)}"]
+    cost_models = {}
+    for spec in specs:
+        label, _, path = spec.partition("=")
+        if not path or not Path(path).is_dir():
+            print(f"rank_check: --cost-models {spec!r}: want LABEL=DIR with a cost model", file=sys.stderr)
+            return 2
+        cost_models[label] = CostModel.load(path, target)
+    for db in args.dbs:
+        if not (Path(db) / "records.sqlite").is_file():
+            print(f"rank_check: {db}: no records.sqlite there", file=sys.stderr)
+            return 2
+    rows = [r for db in args.dbs for r in task_rows(db, cost_models, target, args.min_programs)]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    run = {"date": time.strftime("%Y-%m-%d"), "hardware": host_label(target), "commit": commit,
+           "cost_models": dict(zip(cost_models, (s.partition("=")[2] for s in specs))), "rows": rows}
+    stem = RESULTS / args.name
+    runs = json.loads(stem.with_suffix(".json").read_text()) if stem.with_suffix(".json").exists() else []
+    key = lambda r: (r["date"], r["hardware"], sorted({x["db"] for x in r["rows"]}), r["cost_models"])  # noqa: E731
+    runs = [r for r in runs if key(r) != key(run)] + [run]
+    write(runs, stem)
+    print(f"rank_check: {len(rows)} rows -> {stem}.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
