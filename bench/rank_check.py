@@ -28,25 +28,15 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def spearman(a: list[float], b: list[float]) -> float:
-    """Spearman's rank correlation (average ranks for ties); 0 when either side is constant."""
-    def ranks(v):
-        order = sorted(range(len(v)), key=lambda i: v[i])
-        r = [0.0] * len(v)
-        i = 0
-        while i < len(v):
-            j = i
-            while j + 1 < len(v) and v[order[j + 1]] == v[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                r[order[k]] = (i + j) / 2
-            i = j + 1
-        return r
+    """Spearman's rank correlation (scipy's); 0 when either side is constant (it orders nothing)."""
+    import math
 
-    ra, rb = ranks(a), ranks(b)
-    ma, mb = statistics.fmean(ra), statistics.fmean(rb)
-    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
-    var = (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
-    return cov / var if var else 0.0
+    from scipy.stats import spearmanr
+
+    if len(set(a)) < 2 or len(set(b)) < 2:
+        return 0.0
+    rho = spearmanr(a, b).statistic
+    return 0.0 if math.isnan(rho) else float(rho)
 
 
 def task_rows(db_dir: str, cost_models: dict, target, min_programs: int) -> list[dict]:

@@ -14,6 +14,4 @@ def test_spearman_extremes_and_ties():
     assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
     assert spearman([1, 1, 1], [1, 2, 3]) == 0.0  # a constant score orders nothing
-    scipy = pytest.importorskip("scipy.stats")
-    a, b = [3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1, 8, 2, 8, 1, 8]
-    assert spearman(a, b) == pytest.approx(scipy.spearmanr(a, b).correlation)
+    assert spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486832980505138)  # average ranks for ties
