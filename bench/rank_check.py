@@ -49,6 +49,8 @@ def task_rows(db_dir: str, cost_models: dict, target, min_programs: int) -> list
     with open_db(db_dir) as db:
         for task_hash in sorted(db.best_by_task(target.key)):
             task = db.task(task_hash)
+            if task is None:
+                continue
             recs = [r for r in db.records(task_hash, target.key) if r.error is None and r.median_s]
             schedules, lat = [], []
             for rec in {r.sentence: r for r in recs}.values():  # a sentence measured twice counts once
@@ -57,7 +59,7 @@ def task_rows(db_dir: str, cost_models: dict, target, min_programs: int) -> list
                     lat.append(rec.median_s)
                 except Exception:  # noqa: BLE001 - a sentence of an older space: left out
                     continue
-            if task is None or len(lat) < min_programs:
+            if len(lat) < min_programs:
                 continue
             x = features(task, schedules, target)
             for label, cm in cost_models.items():
@@ -117,13 +119,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     target = resolve_target("host")
     specs = args.cost_models or [f"shipped={default_cost_model(target)}"]
-    cost_models = {}
-    for spec in specs:
-        label, _, path = spec.partition("=")
+    paths = dict(spec.partition("=")[::2] for spec in specs)  # label -> directory
+    for label, path in paths.items():
         if not path or not Path(path).is_dir():
-            print(f"rank_check: --cost-models {spec!r}: want LABEL=DIR with a cost model", file=sys.stderr)
+            print(f"rank_check: --cost-models {label}={path}: want LABEL=DIR with a cost model", file=sys.stderr)
             return 2
-        cost_models[label] = CostModel.load(path, target)
+    cost_models = {label: CostModel.load(path, target) for label, path in paths.items()}
     for db in args.dbs:
         if not (Path(db) / "records.sqlite").is_file():
             print(f"rank_check: {db}: no records.sqlite there", file=sys.stderr)
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [r for db in args.dbs for r in task_rows(db, cost_models, target, args.min_programs)]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     run = {"date": time.strftime("%Y-%m-%d"), "hardware": host_label(target), "commit": commit,
-           "cost_models": dict(zip(cost_models, (s.partition("=")[2] for s in specs))), "rows": rows}
+           "cost_models": paths, "rows": rows}
     stem = RESULTS / args.name
     runs = json.loads(stem.with_suffix(".json").read_text()) if stem.with_suffix(".json").exists() else []
     key = lambda r: (r["date"], r["hardware"], sorted({x["db"] for x in r["rows"]}), r["cost_models"])  # noqa: E731
