@@ -8,7 +8,10 @@ A `tlm compile ... -o MODEL.so` library is run by the Relax VM with an instrumen
 instruction (TVM's `VirtualMachine.set_instrument`): each kernel's time inside the model, and
 the VM's own builtins (allocation, shape checks); and each kernel called alone on the arguments
 it had in the model, twice, the second call timed (its inputs and weights warm in cache, the most
-a task timed alone can gain). The three are interleaved round by round; medians. The gap between the whole call and the sum of its kernels alone is
+a task timed alone can gain). `whole` is the model called back to back for 200 ms by TVM's timer
+(as `bench/ort_gap.py` and users time it), `alone (TVM timer)` each kernel likewise for 5 ms (as
+the tuner times a task); `whole, one call` is a single call after the cold kernels' flushes (the
+only `whole` of rows before 2026-11-29 03:30). The rest are interleaved round by round; medians. The gap between the whole call and the sum of its kernels alone is
 the issue's "outside the tasks"; split into the VM's builtins, the instrument-free remainder,
 and the kernels running slower in sequence than alone. Writes OUT.json and OUT.md (appends a row
 per model).
@@ -100,10 +103,16 @@ def profile(artifact: str, shapes: list[str], rounds: int) -> dict:
     cold: dict[str, list[float]] = collections.defaultdict(list)
     flush = _flusher()
     per_round: list[dict[str, float]] = []
+    kernels_mod = lib.imports[0]  # the compiled kernels, for TVM's timer
+    steady = plain.time_evaluator("main", dev, number=1, repeat=1, min_repeat_ms=200)
+    timer = {sym: kernels_mod.time_evaluator(sym, dev, number=1, repeat=1, min_repeat_ms=5) for sym, _, _ in calls}
+    whole_steady, alone_timer = [], []
     for _ in range(rounds):
         t0 = time.perf_counter()
         plain["main"](*args)
         whole.append(time.perf_counter() - t0)
+        whole_steady.append(steady(*args).mean)
+        alone_timer.append(sum(timer[sym](*call_args).mean for sym, _, call_args in calls))
         inside.clear()
         t0 = time.perf_counter()
         vm["main"](*args)
@@ -134,7 +143,9 @@ def profile(artifact: str, shapes: list[str], rounds: int) -> dict:
     builtins = {k: v for k, v in med.items() if k.startswith("vm.")}
     return {
         "artifact": artifact, "shapes": shapes, "rounds": rounds,
-        "whole_ms": round(statistics.median(whole) * 1e3, 4),
+        "whole_ms": round(statistics.median(whole_steady) * 1e3, 4),
+        "whole_one_call_ms": round(statistics.median(whole) * 1e3, 4),
+        "kernels_alone_timer_ms": round(statistics.median(alone_timer) * 1e3, 4),
         "instrumented_ms": round(statistics.median(instrumented) * 1e3, 4),
         "kernels_inside_ms": round(sum(kernels.values()), 4),
         "kernels_alone_ms": round(sum(alone_ms.values()), 4),
@@ -154,15 +165,24 @@ def write(rows: list[dict], out: Path) -> None:
              "docstring). Medians in ms. `inside`: the kernels' time within the whole call (VM instrument); "
              "`alone`: each kernel called twice on the same arguments, the second timed (warm caches); `cold`: each kernel "
              "called once after a write of twice the last-level cache (weights and inputs from memory; rows before "
-             "2026-11-28 18:00 lack it); interleaved rounds; `builtins`: the VM's own calls (allocation, shape checks).", "",
-             "| date | hardware | library | whole | kernels inside | kernels alone | kernels cold | builtins (calls) | "
-             "whole / alone | whole / cold | load |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "2026-11-28 18:00 lack it); interleaved rounds; `builtins`: the VM's own calls (allocation, shape checks). "
+             "`whole`: from 2026-11-29 03:30 the model called back to back for 200 ms by TVM's timer (as ort_gap times "
+             "it), before that one call after the cold kernels' flushes (now `whole, one call`); `alone (TVM timer)`: "
+             "each kernel called back to back for 5 ms by TVM's timer, as the tuner times a task; `whole / alone` "
+             "divides by it where the row has it.", "",
+             "| date | hardware | library | whole | whole, one call | kernels inside | kernels alone | "
+             "alone (TVM timer) | kernels cold | builtins (calls) | whole / alone | whole / cold | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         cold = r.get("kernels_cold_ms")
         cold_ms, per_cold = ("-", "-") if not cold else (f"{cold:.2f}", f"{r['whole_ms'] / cold:.2f}")
-        lines.append(f"| {r['date']} | {r['hardware']} | {r['name']} | {r['whole_ms']:.2f} | {r['kernels_inside_ms']:.2f} "
-                     f"| {r['kernels_alone_ms']:.2f} | {cold_ms} | {r['builtins_ms']:.2f} ({r['builtin_calls']}) | "
-                     f"{r['whole_ms'] / r['kernels_alone_ms']:.2f} | {per_cold} | {r['load']} |")
+        timer = r.get("kernels_alone_timer_ms")
+        one = r.get("whole_one_call_ms")
+        lines.append(f"| {r['date']} | {r['hardware']} | {r['name']} | {r['whole_ms']:.2f} | "
+                     + ("-" if one is None else f"{one:.2f}") + f" | {r['kernels_inside_ms']:.2f} "
+                     f"| {r['kernels_alone_ms']:.2f} | " + ("-" if timer is None else f"{timer:.2f}")
+                     + f" | {cold_ms} | {r['builtins_ms']:.2f} ({r['builtin_calls']}) | "
+                     f"{r['whole_ms'] / (timer or r['kernels_alone_ms']):.2f} | {per_cold} | {r['load']} |")
     for r in rows:
         lines += ["", f"## {r['name']} ({r['date']}, {r['hardware']}): largest kernels", "",
                   "| kernel | calls | inside ms | alone ms | cold ms | inside / alone |", "|---|---|---|---|---|---|"]
@@ -193,8 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = [r for r in rows if not (r["name"] == row["name"] and r["hardware"] == row["hardware"])] + [row]
     out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
     write(rows, out)
-    print(f"{row['name']}: whole {row['whole_ms']:.2f} ms, kernels inside {row['kernels_inside_ms']:.2f}, "
-          f"alone {row['kernels_alone_ms']:.2f}, builtins {row['builtins_ms']:.2f} ({row['builtin_calls']} calls)")
+    print(f"{row['name']}: whole {row['whole_ms']:.2f} ms (one call {row['whole_one_call_ms']:.2f}), kernels inside "
+          f"{row['kernels_inside_ms']:.2f}, alone {row['kernels_alone_ms']:.2f} (TVM timer "
+          f"{row['kernels_alone_timer_ms']:.2f}), builtins {row['builtins_ms']:.2f} ({row['builtin_calls']} calls)")
     return 0
 
 

@@ -1,0 +1,23 @@
+"""bench/vm_profile.py: its table holds rows from before and after the steady-state `whole` (fast, no TVM)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+from vm_profile import write  # noqa: E402
+
+OLD = {"date": "2026-11-28 18:50", "hardware": "znver4", "name": "old.so", "whole_ms": 4.87, "kernels_inside_ms": 4.48,
+       "kernels_alone_ms": 3.77, "kernels_cold_ms": 7.08, "builtins_ms": 0.24, "builtin_calls": 131, "load": 1.6,
+       "top": [{"kernel": "k", "calls": 1, "inside_ms": 0.4, "alone_ms": 0.3, "cold_ms": 0.5}]}
+NEW = dict(OLD, name="new.so", whole_ms=4.0, whole_one_call_ms=5.0, kernels_alone_timer_ms=3.2)
+
+
+def test_rows_before_and_after_the_steady_whole(tmp_path):
+    write([OLD, NEW], tmp_path / "t")
+    rows = [line for line in (tmp_path / "t.md").read_text().splitlines() if line.startswith("| 2026")]
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+    assert len({len(c) for c in cells}) == 1  # every row as wide as the header
+    assert cells[0][4] == "-" and cells[0][7] == "-"  # the old row has neither new column
+    assert cells[0][10] == f"{4.87 / 3.77:.2f}"  # ... and divides by its own kernels alone
+    assert cells[1][4] == "5.00" and cells[1][10] == f"{4.0 / 3.2:.2f}"  # the new row divides by TVM's timer
