@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from xcore import round_trip_ns  # bench/ is on the path when a bench script runs
+
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS = ["bert_tiny", "bert_base", "gpt2", "resnet_50", "mobilenet_v2", "dcgan"]
 
@@ -170,7 +172,9 @@ def time_workload(name: str, artifacts: dict[str, str], rounds: int, one_thread:
         if run is not None:
             runners["onnxruntime"] = timer(run)
         times: dict[str, list[float]] = {k: [] for k in runners}
+        trips = []
         for _ in range(rounds):
+            trips.append(round_trip_ns(samples=1))  # where the host has put the two CPUs (bench/xcore.py)
             for key, fn in runners.items():
                 times[key].append(fn())
     if close:
@@ -179,7 +183,9 @@ def time_workload(name: str, artifacts: dict[str, str], rounds: int, one_thread:
     for key, values in times.items():
         if not key.startswith("tlm:"):
             out[f"{key}_ms"] = round(statistics.median(values), 4)
-    out.update(rounds=rounds, load=round(os.getloadavg()[0], 2), timed=time.strftime("%Y-%m-%d %H:%M"))
+    trips = [t for t in trips if t is not None]
+    out.update(rounds=rounds, load=round(os.getloadavg()[0], 2), timed=time.strftime("%Y-%m-%d %H:%M"),
+               round_trip_ns=round(statistics.median(trips), 1) if trips else None)
     return out
 
 
@@ -241,15 +247,18 @@ def write(rows: list[dict], stem: Path, readme: Path | None = None) -> None:
               "library built (host threads), PyTorch eager, torch.compile (inductor; the rows that show it) and ONNX "
               "Runtime on as many threads as tlm; the earliest rows also time the library on one TVM thread (a "
               "child process: what tlm ran with on 2-core hosts before 2026-11-28). Ratios: the other's time over "
-              "tlm's (above 1: tlm faster).", "",
+              "tlm's (above 1: tlm faster). `round trip ns` (rows from 2026-11-29 03:40 on): the median over the rounds "
+              "of the cache-line round trip between CPU 0 and CPU 1 (`bench/xcore.py`; ~70 ns with both on one "
+              "core complex, ~350 across, which slows every multi-threaded contender's whole call).", "",
               "| date | hardware | commit | workload | build | tlm ms | tlm 1-thread ms | PyTorch ms | torch.compile ms | "
-              "ORT ms | ORT/tlm | ORT/tlm 1-thread | PyTorch/tlm | threads | load | matches |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "ORT ms | ORT/tlm | ORT/tlm 1-thread | PyTorch/tlm | threads | load | round trip ns | matches |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ort, t, t1, pt = r.get("onnxruntime_ms"), r["tlm_ms"], r.get("tlm_1thread_ms"), r["pytorch_ms"]
         lines.append(f"| {r['date']} | {r['hardware']} | {r['commit']} | {r['workload']} | {r['build']} | {_fmt(t)} | "
                      f"{_fmt(t1)} | {_fmt(pt)} | {_fmt(r.get('torch_compile_ms'))} | {_fmt(ort)} | {_ratio(ort, t)} | "
-                     f"{_ratio(ort, t1)} | {_ratio(pt, t)} | {r['threads']} | {r['load']} | {r['matches']} |")
+                     f"{_ratio(ort, t1)} | {_ratio(pt, t)} | {r['threads']} | {r['load']} | {_fmt(r.get('round_trip_ns'))} | "
+                     f"{r['matches']} |")
     notes = [f"- {r['workload']} ({r['date']}): ONNX Runtime did not run: {r['onnxruntime_note']}"
              for r in rows if r.get("onnxruntime_note")]
     notes += sorted({f"- {r['workload']} ({r['date']}): {r['torch_compile_note']}" for r in rows if r.get("torch_compile_note")})

@@ -11,7 +11,7 @@ it had in the model, twice, the second call timed (its inputs and weights warm i
 a task timed alone can gain). `whole` is the model called back to back for 200 ms by TVM's timer
 (as `bench/ort_gap.py` and users time it), `alone (TVM timer)` each kernel likewise for 5 ms (as
 the tuner times a task); `whole, one call` is a single call after the cold kernels' flushes (the
-only `whole` of rows before 2026-11-29 03:30). The rest are interleaved round by round; medians. The gap between the whole call and the sum of its kernels alone is
+only `whole` of rows before 2026-11-29). The rest are interleaved round by round; medians. The gap between the whole call and the sum of its kernels alone is
 the issue's "outside the tasks"; split into the VM's builtins, the instrument-free remainder,
 and the kernels running slower in sequence than alone. Writes OUT.json and OUT.md (appends a row
 per model).
@@ -72,6 +72,7 @@ def profile(artifact: str, shapes: list[str], rounds: int) -> dict:
     from tvm import relax
 
     from tlm.graph.target import runtime_threads  # importing tlm first: TVM's pool gets the host's cores
+    from xcore import round_trip_ns
 
     dev = tvm.cpu()
     lib = tvm.runtime.load_module(artifact)
@@ -106,8 +107,9 @@ def profile(artifact: str, shapes: list[str], rounds: int) -> dict:
     kernels_mod = lib.imports[0]  # the compiled kernels, for TVM's timer
     steady = plain.time_evaluator("main", dev, number=1, repeat=1, min_repeat_ms=200)
     timer = {sym: kernels_mod.time_evaluator(sym, dev, number=1, repeat=1, min_repeat_ms=5) for sym, _, _ in calls}
-    whole_steady, alone_timer = [], []
+    whole_steady, alone_timer, trips = [], [], []
     for _ in range(rounds):
+        trips.append(round_trip_ns(samples=1))  # where the host has put the two CPUs this round
         t0 = time.perf_counter()
         plain["main"](*args)
         whole.append(time.perf_counter() - t0)
@@ -144,6 +146,7 @@ def profile(artifact: str, shapes: list[str], rounds: int) -> dict:
     return {
         "artifact": artifact, "shapes": shapes, "rounds": rounds,
         "whole_ms": round(statistics.median(whole_steady) * 1e3, 4),
+        **_by_placement(trips, whole_steady),
         "whole_one_call_ms": round(statistics.median(whole) * 1e3, 4),
         "kernels_alone_timer_ms": round(statistics.median(alone_timer) * 1e3, 4),
         "instrumented_ms": round(statistics.median(instrumented) * 1e3, 4),
@@ -159,6 +162,32 @@ def profile(artifact: str, shapes: list[str], rounds: int) -> dict:
     }
 
 
+NEAR_NS = 150  # cross-core round trips below this: both CPUs on one core complex (~70 ns seen, ~350 across)
+
+
+def _by_placement(trips: list, whole: list[float]) -> dict:
+    """The median round trip, and the whole call's median over the rounds with the CPUs near
+    (< NEAR_NS) and far apart, each with its count of rounds; {} where nothing was measured."""
+    pairs = [(t, w) for t, w in zip(trips, whole) if t is not None]
+    if not pairs:
+        return {}
+    near = [w for t, w in pairs if t < NEAR_NS]
+    far = [w for t, w in pairs if t >= NEAR_NS]
+    return {"round_trip_ns": round(statistics.median(t for t, _ in pairs), 1),
+            "whole_near_ms": round(statistics.median(near) * 1e3, 4) if near else None, "near_rounds": len(near),
+            "whole_far_ms": round(statistics.median(far) * 1e3, 4) if far else None, "far_rounds": len(far)}
+
+
+def _placement_cells(r: dict) -> str:
+    if r.get("round_trip_ns") is None:
+        return "- | - | -"
+    alone = r.get("kernels_alone_timer_ms") or r["kernels_alone_ms"]
+    cells = [f"{r['round_trip_ns']:.0f}"]
+    for key, n in (("whole_near_ms", "near_rounds"), ("whole_far_ms", "far_rounds")):
+        cells.append("-" if r.get(key) is None else f"{r[key]:.2f} ({r[key] / alone:.2f}x, {r[n]})")
+    return " | ".join(cells)
+
+
 def write(rows: list[dict], out: Path) -> None:
     lines = ["# Where a compiled model's time goes (issue 46 item 1)", "",
              "Command: `python bench/vm_profile.py MODEL.so SHAPE...` (one row per library; see the script's "
@@ -166,13 +195,17 @@ def write(rows: list[dict], out: Path) -> None:
              "`alone`: each kernel called twice on the same arguments, the second timed (warm caches); `cold`: each kernel "
              "called once after a write of twice the last-level cache (weights and inputs from memory; rows before "
              "2026-11-28 18:00 lack it); interleaved rounds; `builtins`: the VM's own calls (allocation, shape checks). "
-             "`whole`: from 2026-11-29 03:30 the model called back to back for 200 ms by TVM's timer (as ort_gap times "
+             "`whole`: from 2026-11-29 the model called back to back for 200 ms by TVM's timer (as ort_gap times "
              "it), before that one call after the cold kernels' flushes (now `whole, one call`); `alone (TVM timer)`: "
              "each kernel called back to back for 5 ms by TVM's timer, as the tuner times a task; `whole / alone` "
-             "divides by it where the row has it.", "",
+             "divides by it where the row has it. From 2026-11-29 03:40: `round trip`, the median cross-core round "
+             "trip over the rounds (`bench/xcore.py`: ~70 ns with both CPUs on one core complex, ~350 across), and "
+             "`whole, CPUs near` / `far`: the whole call's median over the rounds with a round trip below / above "
+             f"{NEAR_NS} ns (its ratio to the kernels alone, the number of rounds).", "",
              "| date | hardware | library | whole | whole, one call | kernels inside | kernels alone | "
-             "alone (TVM timer) | kernels cold | builtins (calls) | whole / alone | whole / cold | load |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "alone (TVM timer) | kernels cold | builtins (calls) | whole / alone | whole / cold | load | "
+             "round trip ns | whole, CPUs near | whole, CPUs far |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         cold = r.get("kernels_cold_ms")
         cold_ms, per_cold = ("-", "-") if not cold else (f"{cold:.2f}", f"{r['whole_ms'] / cold:.2f}")
@@ -182,7 +215,8 @@ def write(rows: list[dict], out: Path) -> None:
                      + ("-" if one is None else f"{one:.2f}") + f" | {r['kernels_inside_ms']:.2f} "
                      f"| {r['kernels_alone_ms']:.2f} | " + ("-" if timer is None else f"{timer:.2f}")
                      + f" | {cold_ms} | {r['builtins_ms']:.2f} ({r['builtin_calls']}) | "
-                     f"{r['whole_ms'] / (timer or r['kernels_alone_ms']):.2f} | {per_cold} | {r['load']} |")
+                     f"{r['whole_ms'] / (timer or r['kernels_alone_ms']):.2f} | {per_cold} | {r['load']} | "
+                     f"{_placement_cells(r)} |")
     for r in rows:
         lines += ["", f"## {r['name']} ({r['date']}, {r['hardware']}): largest kernels", "",
                   "| kernel | calls | inside ms | alone ms | cold ms | inside / alone |", "|---|---|---|---|---|---|"]
