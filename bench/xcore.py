@@ -2,6 +2,7 @@
 CPU 1, in ns (issue 46: a whole model's time moves with it, its kernels timed alone do not).
 
     python bench/xcore.py [--samples 5]      # prints the median round trip in ns
+    python bench/xcore.py --beside WORKLOAD LIB.so [--rounds 40]   # a model's three contenders beside it
 
 On the 2-core znver4 hosts of 2026-11-29 the round trip was ~70 ns in some minutes and ~350 ns in
 others (the two virtual CPUs on one core complex, or on two); bert_tiny's whole call ran 0.69 ms
@@ -93,10 +94,93 @@ def round_trip_ns(samples: int = 3, bounces: int = 100_000) -> float | None:
     return round(statistics.median(runs), 1)
 
 
+def beside(workload: str, library: str, rounds: int) -> list[tuple]:
+    """(round trip ns, tlm ms, ONNX Runtime ms, PyTorch eager ms) per round: a zoo workload's tlm
+    library and its two contenders (same inputs and threads), each the median of 3 repeats of
+    >= 200 ms, with the round trip measured just before them."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import torch
+    import tvm
+    from tvm import relax
+
+    from tlm.compiler.build import median_ms, onnxruntime_runner, to_tvm
+    from tlm.graph.target import runtime_threads
+    from tlm.graph.zoo import get_workload
+
+    threads = runtime_threads()
+    torch.set_num_threads(threads)
+    module, inputs = get_workload(workload).build()
+    arrays = [np.ascontiguousarray(x.numpy()) for x in inputs]
+    args = to_tvm(arrays)
+    vm = relax.VirtualMachine(tvm.runtime.load_module(library), tvm.cpu())
+    ort, note = onnxruntime_runner(SimpleNamespace(onnx_path=None, torch_module=module, example_inputs=inputs,
+                                                   inputs=arrays), threads)
+    if ort is None:
+        raise RuntimeError(f"ONNX Runtime did not run: {note}")
+    out = []
+    with torch.no_grad():
+        for _ in range(rounds):
+            trip = round_trip_ns(samples=1)
+            row = (trip, median_ms(lambda: vm["main"](*args), repeat=3, min_repeat_ms=200),
+                   median_ms(ort, repeat=3, min_repeat_ms=200), median_ms(lambda: module(*inputs), repeat=3, min_repeat_ms=200))
+            out.append(row)
+            print("round trip " + ("-" if trip is None else f"{trip:.0f} ns") + "  tlm {:.3f}  ONNX Runtime {:.3f}  "
+                  "PyTorch {:.3f} ms".format(*row[1:]), flush=True)
+    return out
+
+
+def summary(rows: list[tuple], near_ns: float = 150) -> list[str]:
+    """Markdown lines: each contender's median over the rounds with the CPUs near and far apart."""
+    lines = ["| CPUs | rounds | median round trip ns | tlm ms | ONNX Runtime ms | PyTorch eager ms |",
+             "|---|---|---|---|---|---|"]
+    for label, sel in (("near", [r for r in rows if r[0] is not None and r[0] < near_ns]),
+                       ("far", [r for r in rows if r[0] is not None and r[0] >= near_ns])):
+        if sel:
+            med = [statistics.median(r[i] for r in sel) for i in range(4)]
+            lines.append(f"| {label} (round trip {'<' if label == 'near' else '>='} {near_ns:.0f} ns) | {len(sel)} | "
+                         f"{med[0]:.0f} | {med[1]:.3f} | {med[2]:.3f} | {med[3]:.3f} |")
+    return lines
+
+
+def _append(out: Path, args, lines: list[str]) -> None:
+    """A dated section per run at the end of OUT (the hardware, commit and command beside it)."""
+    import time
+
+    from tlm.measure.shards import host_label
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parent).stdout.strip() or "-"
+    head = [] if out.exists() else [
+        "# Where the host puts the two CPUs, and what it does to each contender (issue 46)", "",
+        "`python bench/xcore.py --beside WORKLOAD LIB.so --rounds N`: round by round, the cache-line round trip "
+        "between CPU 0 and CPU 1, then the workload's tlm library, ONNX Runtime and PyTorch eager (same inputs and "
+        "threads; each the median of 3 repeats of >= 200 ms); medians over the rounds with the CPUs near and far apart."]
+    section = ["", f"## {time.strftime('%Y-%m-%d %H:%M')}, {host_label()}, commit {commit}: {args.beside[0]} "
+               f"(`{os.path.basename(args.beside[1])}`), {args.rounds} rounds", ""] + lines
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("a") as f:
+        f.write("\n".join(head + section) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=5)
+    parser.add_argument("--beside", nargs=2, metavar=("WORKLOAD", "LIBRARY"),
+                        help="time a zoo workload's tlm library, ONNX Runtime and PyTorch eager round by round "
+                             "beside the round trip, and split the medians by it")
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "xcore.md"))
     args = parser.parse_args(argv)
+    if args.beside:
+        if not os.path.exists(args.beside[1]):
+            print(f"xcore: no such library: {args.beside[1]}", file=sys.stderr)
+            return 2
+        lines = summary(beside(*args.beside, args.rounds))
+        print("\n".join(lines))
+        _append(Path(args.out), args, lines)
+        return 0
     ns = round_trip_ns(args.samples)
     if ns is None:
         return 1

@@ -26,3 +26,11 @@ def test_no_compiler_is_none_and_said(monkeypatch, capsys):
     monkeypatch.setattr(xcore, "_said", False)
     assert xcore.round_trip_ns(samples=1) is None
     assert "not recorded" in capsys.readouterr().err
+
+
+def test_summary_splits_contenders_by_placement():
+    rows = [(70.0, 0.7, 1.0, 1.6), (80.0, 0.72, 1.1, 1.7), (390.0, 1.0, 1.45, 2.1), (None, 9.0, 9.0, 9.0)]
+    lines = xcore.summary(rows)
+    assert lines[2].startswith("| near") and "| 2 | 75 | 0.710 | 1.050 | 1.650 |" in lines[2]
+    assert lines[3].startswith("| far") and "| 1 | 390 | 1.000 | 1.450 | 2.100 |" in lines[3]
+    assert len(lines) == 4  # a round without a round trip is in neither
