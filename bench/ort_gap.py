@@ -133,7 +133,8 @@ def time_workload(name: str, artifacts: dict[str, str], rounds: int, one_thread:
                   torch_compile: bool = True) -> dict:
     """One interleaved run: every tlm library of `artifacts` (build -> .so, host threads), the first
     one on one TVM thread too (child process) when `one_thread`, PyTorch eager, torch.compile and
-    ONNX Runtime, all on the same inputs and threads. Returns the medians (ms)."""
+    ONNX Runtime, all on the same inputs and threads. Returns the medians (ms), and each round's
+    times and cross-core round trip under `per_round`."""
     from types import SimpleNamespace
 
     import numpy as np
@@ -183,9 +184,10 @@ def time_workload(name: str, artifacts: dict[str, str], rounds: int, one_thread:
     for key, values in times.items():
         if not key.startswith("tlm:"):
             out[f"{key}_ms"] = round(statistics.median(values), 4)
-    trips = [t for t in trips if t is not None]
+    measured = [t for t in trips if t is not None]
     out.update(rounds=rounds, load=round(os.getloadavg()[0], 2), timed=time.strftime("%Y-%m-%d %H:%M"),
-               round_trip_ns=round(statistics.median(trips), 1) if trips else None)
+               round_trip_ns=round(statistics.median(measured), 1) if measured else None,
+               per_round={"round_trip_ns": trips, **times})  # for bench/xcore.py --beside; not in the rows
     return out
 
 
@@ -339,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         timing = time_workload(name, {b: i["artifact"] for b, i in infos.items()}, args.rounds,
                                args.one_thread, not args.no_torch_compile)
         for build, info in infos.items():
-            row = {k: v for k, v in timing.items() if k != "tlm_ms"}
+            row = {k: v for k, v in timing.items() if k not in ("tlm_ms", "per_round")}
             row.update(tlm_ms=timing["tlm_ms"][build], workload=name, build=build, matches=info["matches"],
                        tasks=info.get("tasks"), measurements=info.get("measurements"), hardware=hardware,
                        commit=commit, date=time.strftime("%Y-%m-%d"), records=args.db_root if build.endswith(" records") else None, run=run_id,

@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from xcore import NEAR_NS, round_trip_ns, split_by_placement  # bench/ is on the path when a bench script runs
+
 
 def _inputs(shapes: list[str]):
     import numpy as np
@@ -72,7 +74,6 @@ def profile(artifact: str, shapes: list[str], rounds: int) -> dict:
     from tvm import relax
 
     from tlm.graph.target import runtime_threads  # importing tlm first: TVM's pool gets the host's cores
-    from xcore import round_trip_ns
 
     dev = tvm.cpu()
     lib = tvm.runtime.load_module(artifact)
@@ -106,7 +107,8 @@ def profile(artifact: str, shapes: list[str], rounds: int) -> dict:
     per_round: list[dict[str, float]] = []
     kernels_mod = lib.imports[0]  # the compiled kernels, for TVM's timer
     steady = plain.time_evaluator("main", dev, number=1, repeat=1, min_repeat_ms=200)
-    timer = {sym: kernels_mod.time_evaluator(sym, dev, number=1, repeat=1, min_repeat_ms=5) for sym, _, _ in calls}
+    timer = {sym: kernels_mod.time_evaluator(sym, dev, number=1, repeat=1, min_repeat_ms=5)
+             for sym in {sym for sym, _, _ in calls}}
     whole_steady, alone_timer, trips = [], [], []
     for _ in range(rounds):
         trips.append(round_trip_ns(samples=1))  # where the host has put the two CPUs this round
@@ -162,18 +164,14 @@ def profile(artifact: str, shapes: list[str], rounds: int) -> dict:
     }
 
 
-NEAR_NS = 150  # cross-core round trips below this: both CPUs on one core complex (~70 ns seen, ~350 across)
-
-
 def _by_placement(trips: list, whole: list[float]) -> dict:
     """The median round trip, and the whole call's median over the rounds with the CPUs near
     (< NEAR_NS) and far apart, each with its count of rounds; {} where nothing was measured."""
-    pairs = [(t, w) for t, w in zip(trips, whole) if t is not None]
-    if not pairs:
+    measured = [t for t in trips if t is not None]
+    if not measured:
         return {}
-    near = [w for t, w in pairs if t < NEAR_NS]
-    far = [w for t, w in pairs if t >= NEAR_NS]
-    return {"round_trip_ns": round(statistics.median(t for t, _ in pairs), 1),
+    near, far = split_by_placement(trips, whole)
+    return {"round_trip_ns": round(statistics.median(measured), 1),
             "whole_near_ms": round(statistics.median(near) * 1e3, 4) if near else None, "near_rounds": len(near),
             "whole_far_ms": round(statistics.median(far) * 1e3, 4) if far else None, "far_rounds": len(far)}
 

@@ -94,52 +94,38 @@ def round_trip_ns(samples: int = 3, bounces: int = 100_000) -> float | None:
     return round(statistics.median(runs), 1)
 
 
+NEAR_NS = 150  # round trips below this: both CPUs on one core complex (~70 ns seen, ~350 across)
+
+
+def split_by_placement(trips: list, items: list) -> tuple[list, list]:
+    """`items` (one per round) of the rounds whose round trip was below NEAR_NS, and of those at or
+    above it; rounds without a round trip are in neither."""
+    near = [x for t, x in zip(trips, items) if t is not None and t < NEAR_NS]
+    far = [x for t, x in zip(trips, items) if t is not None and t >= NEAR_NS]
+    return near, far
+
+
 def beside(workload: str, library: str, rounds: int) -> list[tuple]:
     """(round trip ns, tlm ms, ONNX Runtime ms, PyTorch eager ms) per round: a zoo workload's tlm
-    library and its two contenders (same inputs and threads), each the median of 3 repeats of
-    >= 200 ms, with the round trip measured just before them."""
-    from types import SimpleNamespace
+    library and its two contenders, timed by `bench/ort_gap.py`'s interleaved run (same inputs and
+    threads, each the median of 3 repeats of >= 200 ms, the round trip measured before each round)."""
+    from ort_gap import time_workload
 
-    import numpy as np
-    import torch
-    import tvm
-    from tvm import relax
-
-    from tlm.compiler.build import median_ms, onnxruntime_runner, to_tvm
-    from tlm.graph.target import runtime_threads
-    from tlm.graph.zoo import get_workload
-
-    threads = runtime_threads()
-    torch.set_num_threads(threads)
-    module, inputs = get_workload(workload).build()
-    arrays = [np.ascontiguousarray(x.numpy()) for x in inputs]
-    args = to_tvm(arrays)
-    vm = relax.VirtualMachine(tvm.runtime.load_module(library), tvm.cpu())
-    ort, note = onnxruntime_runner(SimpleNamespace(onnx_path=None, torch_module=module, example_inputs=inputs,
-                                                   inputs=arrays), threads)
-    if ort is None:
-        raise RuntimeError(f"ONNX Runtime did not run: {note}")
-    out = []
-    with torch.no_grad():
-        for _ in range(rounds):
-            trip = round_trip_ns(samples=1)
-            row = (trip, median_ms(lambda: vm["main"](*args), repeat=3, min_repeat_ms=200),
-                   median_ms(ort, repeat=3, min_repeat_ms=200), median_ms(lambda: module(*inputs), repeat=3, min_repeat_ms=200))
-            out.append(row)
-            print("round trip " + ("-" if trip is None else f"{trip:.0f} ns") + "  tlm {:.3f}  ONNX Runtime {:.3f}  "
-                  "PyTorch {:.3f} ms".format(*row[1:]), flush=True)
-    return out
+    timing = time_workload(workload, {"tlm": library}, rounds, torch_compile=False)
+    if timing["onnxruntime_note"]:
+        raise RuntimeError(f"ONNX Runtime did not run: {timing['onnxruntime_note']}")
+    per = timing["per_round"]
+    return list(zip(per["round_trip_ns"], per["tlm:tlm"], per["onnxruntime"], per["pytorch"]))
 
 
-def summary(rows: list[tuple], near_ns: float = 150) -> list[str]:
+def summary(rows: list[tuple]) -> list[str]:
     """Markdown lines: each contender's median over the rounds with the CPUs near and far apart."""
     lines = ["| CPUs | rounds | median round trip ns | tlm ms | ONNX Runtime ms | PyTorch eager ms |",
              "|---|---|---|---|---|---|"]
-    for label, sel in (("near", [r for r in rows if r[0] is not None and r[0] < near_ns]),
-                       ("far", [r for r in rows if r[0] is not None and r[0] >= near_ns])):
+    for label, sel in zip(("near", "far"), split_by_placement([r[0] for r in rows], rows)):
         if sel:
             med = [statistics.median(r[i] for r in sel) for i in range(4)]
-            lines.append(f"| {label} (round trip {'<' if label == 'near' else '>='} {near_ns:.0f} ns) | {len(sel)} | "
+            lines.append(f"| {label} (round trip {'<' if label == 'near' else '>='} {NEAR_NS:.0f} ns) | {len(sel)} | "
                          f"{med[0]:.0f} | {med[1]:.3f} | {med[2]:.3f} | {med[3]:.3f} |")
     return lines
 
