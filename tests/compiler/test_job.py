@@ -250,3 +250,51 @@ def test_held_out_workloads_compile_and_match(workload, tmp_path, host):
     model = compile_model(workload, db=db, target=host,
                           config=CompileConfig(repeat=1, min_repeat_ms=1, compare=False))
     assert model.matches, (model.max_abs_diff, model.tolerance)
+
+
+def test_conv_weights_are_packed_at_compile_time(tmp_path, host):
+    """Conv tasks are tuned unmarked (their hashes stay those of the records); the compile gives
+    each conv its tuned program with the weights packed (tlm.compiler.pack), and the packed model
+    matches PyTorch as the unpacked one does."""
+    import tvm
+
+    from tlm.compiler.build import CompileConfig, compile_database
+    from tlm.compiler.job import compile_model
+    from tlm.compiler.pack import COMPILE_PACK_OPS, pack_records
+    from tlm.graph.extract import extract_tasks, fuse, import_torch
+    from tlm.graph.passes import PREPACK_OPS
+    from tlm.measure.database import open_db
+    from tlm.measure.measurer import MeasureConfig
+    from tlm.search.base import TuneConfig
+    from tlm.search.tune import tune
+
+    net, inputs = _tiny_cnn()
+    tasks = extract_tasks(net, inputs, target=host)
+    convs = [t for t in tasks if t.kind == "conv2d"]
+    assert len(convs) == 2 and all(t.mod["main"].attrs.get("layout_free_buffers") is None for t in convs)
+    db = str(tmp_path / "db")
+    cfg = TuneConfig(batch_size=4, measure=MeasureConfig(repeat=2, min_repeat_ms=5, remeasure_top=1))
+    tune(convs, "random", "4g", db, target=host, config=cfg, progress=False)
+
+    with open_db(db) as d:
+        msdb, _rows = compile_database(d, tasks, host)
+    fused = fuse(import_torch(net, inputs).mod, host, prepack=PREPACK_OPS | COMPILE_PACK_OPS)
+    with host.tvm():
+        pack_records(msdb, host.tvm())(fused)
+    normalize = tvm.get_global_func("tvm.s_tir.meta_schedule.normalize_mod")
+    packed = 0
+    for gv, func in fused.functions.items():
+        if isinstance(func, tvm.tirx.PrimFunc) and "conv2d" in gv.name_hint:
+            assert func.attrs.get("layout_free_buffers") is not None, gv.name_hint
+            rec = msdb.query_tuning_record(normalize(func), host.tvm(), gv.name_hint)
+            assert rec is not None, gv.name_hint  # the tuned program, never TVM's default
+            packed += "transform_layout" in str(rec.trace)
+    assert packed == 2
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for pack in (True, False):
+            model = compile_model(net, inputs, db=db, target=host,
+                                  config=CompileConfig(repeat=2, min_repeat_ms=5, compare=False, pack_convs=pack))
+            assert model.matches and model.tuned_tasks == 2, (pack, model.max_abs_diff)
+            np.testing.assert_allclose(model(inputs[0]), net(inputs[0]).detach().numpy(), rtol=1e-4, atol=1e-5)

@@ -39,6 +39,7 @@ class CompileConfig:
     compare: bool = True  # also time PyTorch eager and ONNX Runtime
     fast_math: bool = True  # tlm.graph.passes' vectorizable math (False: TVM's own, for benchmarks)
     prepack: bool | frozenset[str] = True  # pre-packed weights (tlm.graph.passes.layout_free; False: benchmarks)
+    pack_convs: bool = True  # conv weights packed at compile time (tlm.compiler.pack; False: benchmarks)
 
 
 @dataclass
@@ -248,20 +249,25 @@ def compile_database(database, tasks, target) -> tuple[Any, list[dict[str, Any]]
     return msdb, rows
 
 
-def build_relax(msdb, mod, target, fast_math: bool = True, prepack: bool | frozenset[str] = True):
+def build_relax(msdb, mod, target, fast_math: bool = True, prepack: bool | frozenset[str] = True,
+                pack_convs: bool = True):
     """A prepared Relax module -> VM executable, with the records of a MetaSchedule database.
 
     What `ms.relax_integration.compile_relax` does, but the fusion passes are tlm's own
     (tlm.graph.passes.fuse_passes, the list task extraction runs), so every task of the
-    compiled model is one that tuning saw."""
+    compiled model is one that tuning saw. `pack_convs`: the convolutions' weights are packed
+    as well, in the order their tuned programs read them (tlm.compiler.pack)."""
     import tvm
     from tvm import relax
     from tvm.relax import pipeline
     from tvm.relax.transform import MetaScheduleApplyDatabase
 
-    from tlm.graph.passes import fuse_passes, prepack_fold
+    from tlm.compiler.pack import COMPILE_PACK_OPS, pack_records
+    from tlm.graph.passes import PREPACK_OPS, fuse_passes, prepack_fold
 
     tvm_target = target.tvm()
+    pack_convs = bool(pack_convs and prepack)
+    marked = (PREPACK_OPS if prepack is True else frozenset(prepack or ())) | (COMPILE_PACK_OPS if pack_convs else frozenset())
     try:
         lower = pipeline.dataflow_lower_passes(tvm_target) + pipeline.finalize_passes(tvm_target)
     except (ValueError, AttributeError):  # CPU targets have no registered lists: compile_relax's own
@@ -274,7 +280,9 @@ def build_relax(msdb, mod, target, fast_math: bool = True, prepack: bool | froze
 
     @tvm.transform.module_pass(opt_level=3)
     def _pipeline(mod, _ctx):
-        mod = tvm.transform.Sequential(fuse_passes(tvm_target, fast_math, prepack))(mod)
+        mod = tvm.transform.Sequential(fuse_passes(tvm_target, fast_math, marked or False))(mod)
+        if pack_convs:
+            mod = pack_records(msdb, tvm_target)(mod)
         mod = MetaScheduleApplyDatabase(enable_warning=False)(mod)  # untuned tasks keep TVM's default
         if prepack:  # packed weights: the packing runs once, here, on the constants
             mod = tvm.transform.Sequential(prepack_fold())(mod)
@@ -312,7 +320,7 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
     measurements = sum(r["measured"] for r in rows)
     try:  # one line naming the stage and the operator (tlm.graph.diagnose), never TVM's last line
         with quiet_stderr():
-            ex = build_relax(msdb, imported.mod, info, cfg.fast_math, cfg.prepack)
+            ex = build_relax(msdb, imported.mod, info, cfg.fast_math, cfg.prepack, cfg.pack_convs)
     except Exception as err:
         if interrupted():
             raise

@@ -1,0 +1,71 @@
+"""Convolution weights packed when the model is compiled, in the order its tuned program reads them.
+
+Matmul tasks are tuned with pre-packed weights (tlm.graph.passes.PREPACK_OPS). Convolutions are
+tuned as they are: timed alone and warm, packing gained them 1.00-1.02x (`prepack` in
+bench/README.md), and their records keep the hashes of the corpus. In a whole model their weights
+come from memory instead of a warm cache, and there the layout matters: resnet_50's heaviest
+convolutions timed cold (every argument but the input flushed before each call) are 1.13x faster
+summed with the same programs reading packed weights (work/packconv, `pack_convs` in
+bench/README.md), the largest 1.50x.
+
+So the compile marks the convolutions' constant weights layout-free as well
+(`COMPILE_PACK_OPS`), and `pack_records` gives each marked function the record of its unmarked
+twin (the tuned task) with MetaSchedule's RewriteLayout postprocessor applied on top: the same
+loops, reading weights that `prepack_fold` packed once at compile time. A program whose packing
+fails keeps its loops on the weights as they are (never TVM's default for a tuned task). The
+compiled model is checked against its reference like every other.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+# Operator words of the tasks whose weights are packed at compile time only (not during tuning).
+COMPILE_PACK_OPS = frozenset({"conv1d", "conv2d", "conv3d"})
+
+
+def pack_records(msdb, target, ops: frozenset[str] = COMPILE_PACK_OPS):
+    """A module pass, before MetaScheduleApplyDatabase: each layout-free PrimFunc of `ops` gets,
+    in the MetaSchedule database `msdb`, its unmarked twin's record with the weights packed."""
+    import tvm
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+    from tvm.s_tir.meta_schedule.postproc import RewriteLayout
+    from tvm.tirx import PrimFunc
+
+    from tlm.graph.tasks import op_names
+
+    normalize = tvm.get_global_func("tvm.s_tir.meta_schedule.normalize_mod")
+
+    @tvm.transform.module_pass(opt_level=0, name="tlm.PackRecords")
+    def _pass(mod, _ctx):
+        unpacked = []
+        for gv, func in mod.functions.items():
+            if not (isinstance(func, PrimFunc) and func.attrs and "layout_free_buffers" in func.attrs
+                    and ops & set(op_names(gv.name_hint))):
+                continue
+            marked = normalize(func)
+            if msdb.has_workload(marked):
+                continue
+            rec = msdb.query_tuning_record(normalize(func.without_attr("layout_free_buffers")), target,
+                                           gv.name_hint)
+            if rec is None:  # untuned: TVM's default, as for the unmarked task (the compile says so)
+                continue
+            sch = Schedule(marked)
+            rec.trace.apply_to_schedule(sch, remove_postproc=False)
+            try:
+                packed = RewriteLayout().apply(sch)
+            except Exception:  # noqa: BLE001 - the program stands without its packing
+                packed = False
+            if not packed:
+                unpacked.append(gv.name_hint)
+                sch = Schedule(marked)
+                rec.trace.apply_to_schedule(sch, remove_postproc=False)
+            msdb.commit_tuning_record(TuningRecord(sch.trace, msdb.commit_workload(marked), rec.run_secs,
+                                                   target, rec.args_info))
+        if unpacked:
+            warnings.warn(f"weights left unpacked (RewriteLayout refused the program): {', '.join(unpacked)}",
+                          stacklevel=2)
+        return mod
+
+    return _pass
