@@ -14,7 +14,7 @@ the tuner times a task); `whole, one call` is a single call after the cold kerne
 only `whole` of rows before 2026-11-29). The rest are interleaved round by round; medians. The gap between the whole call and the sum of its kernels alone is
 the issue's "outside the tasks"; split into the VM's builtins, the instrument-free remainder,
 and the kernels running slower in sequence than alone. Writes OUT.json and OUT.md (appends a row
-per model).
+per run; the kernel tables are each library's newest).
 """
 
 from __future__ import annotations
@@ -215,7 +215,8 @@ def write(rows: list[dict], out: Path) -> None:
                      + f" | {cold_ms} | {r['builtins_ms']:.2f} ({r['builtin_calls']}) | "
                      f"{r['whole_ms'] / (timer or r['kernels_alone_ms']):.2f} | {per_cold} | {r['load']} | "
                      f"{_placement_cells(r)} |")
-    for r in rows:
+    newest = {(r["name"], r["hardware"]): r for r in rows}  # kernels of each library's newest row
+    for r in newest.values():
         lines += ["", f"## {r['name']} ({r['date']}, {r['hardware']}): largest kernels", "",
                   "| kernel | calls | inside ms | alone ms | cold ms | inside / alone |", "|---|---|---|---|---|---|"]
         lines += [f"| {t['kernel']} | {t['calls']} | {t['inside_ms']:.3f} | {t['alone_ms']:.3f} | "
@@ -242,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
                date=time.strftime("%Y-%m-%d %H:%M"), load=round(os.getloadavg()[0], 2))
     out = Path(args.out)
     rows = json.loads(out.with_suffix(".json").read_text()) if out.with_suffix(".json").exists() else []
-    rows = [r for r in rows if not (r["name"] == row["name"] and r["hardware"] == row["hardware"])] + [row]
+    rows.append(row)  # append-only: a library profiled again is a new row
     out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
     write(rows, out)
     print(f"{row['name']}: whole {row['whole_ms']:.2f} ms (one call {row['whole_one_call_ms']:.2f}), kernels inside "

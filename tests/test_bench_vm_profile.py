@@ -33,3 +33,11 @@ def test_by_placement_splits_rounds_at_the_threshold():
     assert got["near_rounds"] == 2 and got["far_rounds"] == 1  # the unmeasured round counts in neither
     assert got["whole_near_ms"] == 2.0 and got["whole_far_ms"] == 2.0
     assert _by_placement([None, None], [0.001, 0.002]) == {}
+
+
+def test_a_library_profiled_again_keeps_both_rows_and_one_kernel_table(tmp_path):
+    again = dict(NEW, date="2026-11-29 06:04", whole_ms=3.9, top=[dict(NEW["top"][0], kernel="k2")])
+    write([NEW, again], tmp_path / "t")
+    text = (tmp_path / "t.md").read_text()
+    assert len([line for line in text.splitlines() if line.startswith("| 2026")]) == 2
+    assert text.count("## new.so") == 1 and "| k2 |" in text and "| k |" not in text
