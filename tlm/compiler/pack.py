@@ -3,10 +3,10 @@
 Matmul tasks are tuned with pre-packed weights (tlm.graph.passes.PREPACK_OPS). Convolutions are
 tuned as they are: timed alone and warm, packing gained them 1.00-1.02x (`prepack` in
 bench/README.md), and their records keep the hashes of the corpus. In a whole model their weights
-come from memory instead of a warm cache, and there the layout matters: resnet_50's heaviest
-convolutions timed cold (every argument but the input flushed before each call) are 1.13x faster
-summed with the same programs reading packed weights (`python bench/pack_convs.py`,
-bench/results/pack_convs.md), while warm they are within a few percent.
+come from memory instead of a warm cache, and there the layout matters: resnet_50's eight
+heaviest convolutions timed cold (every argument but the input flushed before each call) are 1.22x
+faster summed with the same programs reading packed weights, 1.04x warm (znver4,
+`python bench/pack_convs.py`, bench/results/pack_convs.md); whole models 1.00-1.14x faster.
 
 So the compile marks the convolutions' constant weights layout-free as well
 (`COMPILE_PACK_OPS`), and `pack_records` gives each marked function the record of its unmarked
