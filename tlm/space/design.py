@@ -166,9 +166,13 @@ def walk(space: TaskSpace, policy: Policy, postproc: bool = True) -> Program:
     points: list[DecisionPoint] = [first]
     decisions: list[Choice] = []
     idx = -1
+    # A policy that leaves decisions to TVM (random_policy: compute locations) seeds TVM's
+    # sampler, so that one seed gives one program in every process.
+    tvm_seed = getattr(policy, "tvm_seed", None)
     try:
         idx = _checked(policy, first)
-        sch = _replay(space, idx, lambda p: _checked(policy, p), points, decisions)
+        sch = _replay(space, idx, lambda p: _checked(policy, p), points, decisions,
+                      tvm_seed() if tvm_seed else None)
     except _Pause:
         raise
     except Exception as err:  # invalid choice or a TVM error inside the replay
@@ -193,11 +197,13 @@ def _checked(policy: Policy, point: DecisionPoint) -> Choice | None:
     return choice
 
 
-def _replay(space: TaskSpace, idx: int, decide: Callable[[DecisionPoint], Choice | None], points: list, decisions: list):
-    """Apply design space `idx` to a fresh schedule; `decide` picks each decision."""
+def _replay(space: TaskSpace, idx: int, decide: Callable[[DecisionPoint], Choice | None], points: list, decisions: list,
+            seed: int | None = None):
+    """Apply design space `idx` to a fresh schedule; `decide` picks each decision (None: TVM
+    samples it, from `seed`, or from a random seed when None)."""
     from tvm.s_tir import Schedule
 
-    sch = Schedule(space.mod, debug_mask=0)
+    sch = Schedule(space.mod, seed=seed, debug_mask=0)
     statics = space.statics[idx]
     failure: list[BaseException] = []
 
@@ -323,6 +329,7 @@ def random_policy(rng: random.Random) -> Policy:
             return None
         return point.choices[rng.randrange(len(point.choices))]
 
+    policy.tvm_seed = lambda: rng.randrange(1, 2**31 - 1)  # TVM's draws come from the same stream
     return policy
 
 
