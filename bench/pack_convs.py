@@ -124,26 +124,31 @@ def whole_part(workload: str, db_path: str, rounds: int, out_dir: Path) -> dict:
             "rounds": rounds, "max_abs_diff": models["packed"].max_abs_diff}
 
 
+def _whole_cells(r: dict) -> list:
+    return [r["date"], r["hardware"], r["commit"], f"`{r['records']}`", r["workload"], f"{r['packed_ms']:.2f}",
+            f"{r['plain_ms']:.2f}", f"{r['plain_ms'] / r['packed_ms']:.3f}x", r["round_trip_ns"], r["rounds"]]
+
+
+def _task_cells(r: dict) -> list:
+    return [r["date"], r["hardware"], r["workload"], r["task"], r["calls"], *(f"{r[k]:.3f}" for k in
+            ("warm_plain", "warm_packed", "cold_plain", "cold_packed")), f"{r['cold_plain'] / r['cold_packed']:.2f}x"]
+
+
+SECTIONS = (  # (part, title, header, cells)
+    ("whole", "Whole models (interleaved rounds)", "date | hardware | commit | records | workload | packed | plain | "
+     "plain / packed | round trip ns | rounds", _whole_cells),
+    ("tasks", "Heaviest convolution tasks, each alone (2 threads, 3 alternations)", "date | hardware | workload | task | "
+     "calls | warm | warm, packed | cold | cold, packed | cold / cold packed", _task_cells),
+)
+
+
 def write(rows: list[dict], out: Path) -> None:
     lines = ["# Convolution weights packed at compile time (tlm.compiler.pack)", "",
              "Command: `python bench/pack_convs.py --dbs PATTERN` (see the script's docstring). Medians in ms; "
-             "`cold`: every argument but the input flushed before each call.", "",
-             "## Whole models (interleaved rounds)", "",
-             "| date | hardware | commit | records | workload | packed | plain | plain / packed | round trip ns | rounds |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        if r["part"] == "whole":
-            lines.append(f"| {r['date']} | {r['hardware']} | {r['commit']} | `{r['records']}` | {r['workload']} | "
-                         f"{r['packed_ms']:.2f} | {r['plain_ms']:.2f} | {r['plain_ms'] / r['packed_ms']:.3f}x | "
-                         f"{r['round_trip_ns']} | {r['rounds']} |")
-    lines += ["", "## Heaviest convolution tasks, each alone (2 threads, 3 alternations)", "",
-              "| date | hardware | workload | task | calls | warm | warm, packed | cold | cold, packed | cold / cold packed |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        if r["part"] == "tasks":
-            lines.append(f"| {r['date']} | {r['hardware']} | {r['workload']} | {r['task']} | {r['calls']} | "
-                         f"{r['warm_plain']:.3f} | {r['warm_packed']:.3f} | {r['cold_plain']:.3f} | "
-                         f"{r['cold_packed']:.3f} | {r['cold_plain'] / r['cold_packed']:.2f}x |")
+             "`cold`: every argument but the input flushed before each call."]
+    for part, title, header, cells in SECTIONS:
+        lines += ["", f"## {title}", "", f"| {header} |", "|" + "---|" * (header.count("|") + 1)]
+        lines += ["| " + " | ".join(str(c) for c in cells(r)) + " |" for r in rows if r["part"] == part]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
 
