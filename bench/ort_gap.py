@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from xcore import round_trip_ns  # bench/ is on the path when a bench script runs
+from xcore import median_trip, round_trip_ns  # bench/ is on the path when a bench script runs
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS = ["bert_tiny", "bert_base", "gpt2", "resnet_50", "mobilenet_v2", "dcgan"]
@@ -184,9 +184,8 @@ def time_workload(name: str, artifacts: dict[str, str], rounds: int, one_thread:
     for key, values in times.items():
         if not key.startswith("tlm:"):
             out[f"{key}_ms"] = round(statistics.median(values), 4)
-    measured = [t for t in trips if t is not None]
     out.update(rounds=rounds, load=round(os.getloadavg()[0], 2), timed=time.strftime("%Y-%m-%d %H:%M"),
-               round_trip_ns=round(statistics.median(measured), 1) if measured else None,
+               round_trip_ns=median_trip(trips),
                per_round={"round_trip_ns": trips, **times})  # for bench/xcore.py --beside; not in the rows
     return out
 

@@ -25,24 +25,23 @@ import sys
 import time
 from pathlib import Path
 
-from xcore import round_trip_ns  # bench/ is on the path when a bench script runs
+from xcore import median_trip, round_trip_ns  # bench/ is on the path when a bench script runs
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
 def _packed_candidate(task, trace_json):
+    """The program of `trace_json` on the task with its weight (argument 1) layout-free, packed as
+    the compile packs it (tlm.compiler.pack.packed_schedule); None where RewriteLayout refuses it."""
     import tvm
-    from tvm.s_tir import Schedule
-    from tvm.s_tir.meta_schedule.postproc import RewriteLayout
-    from tvm.s_tir.schedule import Trace
 
+    from tlm.compiler.pack import packed_schedule
     from tlm.measure.measurer import Candidate
 
     marked = tvm.IRModule({"main": task.mod["main"].with_attr("layout_free_buffers", [1])})
-    sch = Schedule(marked)
-    Trace.apply_json_to_schedule(trace_json, sch)
-    if not RewriteLayout().apply(sch):
+    sch, packed = packed_schedule(marked, trace_json)
+    if not packed:
         return None
     twin = dataclasses.replace(task, hash=task.hash[:-1] + "p", mod_json=tvm.ir.save_json(marked))
     return Candidate(task=twin, schedule=sch, proposer="bench")
@@ -120,7 +119,7 @@ def whole_part(workload: str, db_path: str, rounds: int, out_dir: Path) -> dict:
     print(f"{workload}: packed {med['packed']:.3f} ms, plain {med['plain']:.3f} ms "
           f"({med['plain'] / med['packed']:.3f}x)", flush=True)
     return {"workload": workload, "packed_ms": round(med["packed"], 4), "plain_ms": round(med["plain"], 4),
-            "round_trip_ns": statistics.median(t for t in trips if t is not None) if any(trips) else None,
+            "round_trip_ns": median_trip(trips),
             "rounds": rounds, "max_abs_diff": models["packed"].max_abs_diff}
 
 

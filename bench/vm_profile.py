@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from xcore import NEAR_NS, round_trip_ns, split_by_placement  # bench/ is on the path when a bench script runs
+from xcore import NEAR_NS, median_trip, round_trip_ns, split_by_placement  # bench/ is on the path when a bench script runs
 
 
 def _inputs(shapes: list[str]):
@@ -167,11 +167,11 @@ def profile(artifact: str, shapes: list[str], rounds: int) -> dict:
 def _by_placement(trips: list, whole: list[float]) -> dict:
     """The median round trip, and the whole call's median over the rounds with the CPUs near
     (< NEAR_NS) and far apart, each with its count of rounds; {} where nothing was measured."""
-    measured = [t for t in trips if t is not None]
-    if not measured:
+    trip = median_trip(trips)
+    if trip is None:
         return {}
     near, far = split_by_placement(trips, whole)
-    return {"round_trip_ns": round(statistics.median(measured), 1),
+    return {"round_trip_ns": trip,
             "whole_near_ms": round(statistics.median(near) * 1e3, 4) if near else None, "near_rounds": len(near),
             "whole_far_ms": round(statistics.median(far) * 1e3, 4) if far else None, "far_rounds": len(far)}
 

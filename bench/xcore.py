@@ -94,6 +94,12 @@ def round_trip_ns(samples: int = 3, bounces: int = 100_000) -> float | None:
     return round(statistics.median(runs), 1)
 
 
+def median_trip(trips: list) -> float | None:
+    """The median of the rounds' round trips that were measured (None where none was)."""
+    measured = [t for t in trips if t is not None]
+    return round(statistics.median(measured), 1) if measured else None
+
+
 NEAR_NS = 150  # round trips below this: both CPUs on one core complex (~70 ns seen, ~350 across)
 
 

@@ -34,3 +34,8 @@ def test_summary_splits_contenders_by_placement():
     assert lines[2].startswith("| near") and "| 2 | 75 | 0.710 | 1.050 | 1.650 |" in lines[2]
     assert lines[3].startswith("| far") and "| 1 | 390 | 1.000 | 1.450 | 2.100 |" in lines[3]
     assert len(lines) == 4  # a round without a round trip is in neither
+
+
+def test_median_trip_skips_unmeasured_rounds():
+    assert xcore.median_trip([70.0, None, 90.0]) == 80.0
+    assert xcore.median_trip([None, None]) is None and xcore.median_trip([]) is None

@@ -24,13 +24,36 @@ import warnings
 COMPILE_PACK_OPS = frozenset({"conv1d", "conv2d", "conv3d"})
 
 
+def packed_schedule(marked, trace):
+    """(schedule, packed): the program of `trace` (a Trace or its JSON) on the IRModule `marked`
+    (layout-free weights) with MetaSchedule's RewriteLayout on top; where RewriteLayout refuses
+    the program, the program as it is on a fresh schedule and False."""
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.meta_schedule.postproc import RewriteLayout
+    from tvm.s_tir.schedule import Trace
+
+    def replayed():
+        sch = Schedule(marked)
+        if isinstance(trace, Trace):
+            trace.apply_to_schedule(sch, remove_postproc=False)
+        else:
+            Trace.apply_json_to_schedule(trace, sch)
+        return sch
+
+    sch = replayed()
+    try:
+        if RewriteLayout().apply(sch):
+            return sch, True
+    except Exception:  # noqa: BLE001 - the program stands without its packing
+        pass
+    return replayed(), False
+
+
 def pack_records(msdb, target, ops: frozenset[str] = COMPILE_PACK_OPS):
     """A module pass, before MetaScheduleApplyDatabase: each layout-free PrimFunc of `ops` gets,
     in the MetaSchedule database `msdb`, its unmarked twin's record with the weights packed."""
     import tvm
-    from tvm.s_tir import Schedule
     from tvm.s_tir.meta_schedule.database import TuningRecord
-    from tvm.s_tir.meta_schedule.postproc import RewriteLayout
     from tvm.tirx import PrimFunc
 
     from tlm.graph.tasks import op_names
@@ -51,16 +74,9 @@ def pack_records(msdb, target, ops: frozenset[str] = COMPILE_PACK_OPS):
                                            gv.name_hint)
             if rec is None:  # untuned: TVM's default, as for the unmarked task (the compile says so)
                 continue
-            sch = Schedule(marked)
-            rec.trace.apply_to_schedule(sch, remove_postproc=False)
-            try:
-                packed = RewriteLayout().apply(sch)
-            except Exception:  # noqa: BLE001 - the program stands without its packing
-                packed = False
+            sch, packed = packed_schedule(marked, rec.trace)
             if not packed:
                 unpacked.append(gv.name_hint)
-                sch = Schedule(marked)
-                rec.trace.apply_to_schedule(sch, remove_postproc=False)
             msdb.commit_tuning_record(TuningRecord(sch.trace, msdb.commit_workload(marked), rec.run_secs,
                                                    target, rec.args_info))
         if unpacked:
