@@ -66,6 +66,22 @@ def _flusher():
     return flush
 
 
+def footprint_mib(calls: list[tuple]) -> float:
+    """The distinct memory the kernels of one call read and write, in MiB: the union of their
+    tensor arguments' byte ranges (weights, inputs, the planned activation storage; views of one
+    storage counted once). A gather's whole table counts, though it reads a few rows of it."""
+    import numpy as np
+    import tvm
+
+    spans = sorted({(x.data_ptr(), x.data_ptr() + int(np.prod(x.shape)) * tvm.runtime.DataType(x.dtype).bits // 8)
+                    for _, _, args in calls for x in args if isinstance(x, tvm.runtime.Tensor)})
+    total, end = 0, 0
+    for lo, hi in spans:  # merge the overlapping ranges, left to right
+        total += max(0, hi - max(lo, end))
+        end = max(end, hi)
+    return round(total / 2**20, 1)
+
+
 def profile(artifact: str, shapes: list[str], rounds: int) -> dict:
     """Interleaved rounds (so that drift of the host hits all three alike): the whole call on a
     plain VM, the whole call on an instrumented VM (each call instruction timed), then each kernel
@@ -156,7 +172,7 @@ def profile(artifact: str, shapes: list[str], rounds: int) -> dict:
         "kernels_alone_ms": round(sum(alone_ms.values()), 4),
         "kernels_cold_ms": round(sum(cold_ms.values()), 4),
         "builtins_ms": round(sum(builtins.values()), 4),
-        "kernel_calls": len(calls), "threads": runtime_threads(),
+        "kernel_calls": len(calls), "threads": runtime_threads(), "footprint_mib": footprint_mib(calls),
         "builtin_calls": sum(len(v) for k, v in inside.items() if k.startswith("vm.")),  # the last round's
         "top": sorted(({"kernel": k, "calls": count[k], "inside_ms": round(v, 4), "alone_ms": round(alone_ms.get(k, 0), 4),
                         "cold_ms": round(cold_ms.get(k, 0), 4)}
@@ -199,11 +215,12 @@ def write(rows: list[dict], out: Path) -> None:
              "divides by it where the row has it. From 2026-11-29 03:40: `round trip`, the median cross-core round "
              "trip over the rounds (`bench/xcore.py`: ~70 ns with both CPUs on one core complex, ~350 across), and "
              "`whole, CPUs near` / `far`: the whole call's median over the rounds with a round trip below / above "
-             f"{NEAR_NS} ns (its ratio to the kernels alone, the number of rounds).", "",
+             f"{NEAR_NS} ns (its ratio to the kernels alone, the number of rounds). From 2026-11-29 08:30: `footprint`, "
+             "the distinct MiB the kernels of one call touch (weights, inputs, activation storage).", "",
              "| date | hardware | library | whole | whole, one call | kernels inside | kernels alone | "
              "alone (TVM timer) | kernels cold | builtins (calls) | whole / alone | whole / cold | load | "
-             "round trip ns | whole, CPUs near | whole, CPUs far |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "round trip ns | whole, CPUs near | whole, CPUs far | footprint MiB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         cold = r.get("kernels_cold_ms")
         cold_ms, per_cold = ("-", "-") if not cold else (f"{cold:.2f}", f"{r['whole_ms'] / cold:.2f}")
@@ -214,7 +231,7 @@ def write(rows: list[dict], out: Path) -> None:
                      f"| {r['kernels_alone_ms']:.2f} | " + ("-" if timer is None else f"{timer:.2f}")
                      + f" | {cold_ms} | {r['builtins_ms']:.2f} ({r['builtin_calls']}) | "
                      f"{r['whole_ms'] / (timer or r['kernels_alone_ms']):.2f} | {per_cold} | {r['load']} | "
-                     f"{_placement_cells(r)} |")
+                     f"{_placement_cells(r)} | {r.get('footprint_mib', '-')} |")
     newest = {(r["name"], r["hardware"]): r for r in rows}  # kernels of each library's newest row
     for r in newest.values():
         lines += ["", f"## {r['name']} ({r['date']}, {r['hardware']}): largest kernels", "",

@@ -3,6 +3,7 @@ CPU 1, in ns (issue 46: a whole model's time moves with it, its kernels timed al
 
     python bench/xcore.py [--samples 5]      # prints the median round trip in ns
     python bench/xcore.py --beside WORKLOAD LIB.so [--rounds 40]   # a model's three contenders beside it
+    python bench/xcore.py --sweep          # one thread's read rate over working sets of 0.5-96 MiB
 
 On the 2-core znver4 hosts of 2026-11-29 the round trip was ~70 ns in some minutes and ~350 ns in
 others (the two virtual CPUs on one core complex, or on two); bert_tiny's whole call ran 0.69 ms
@@ -124,6 +125,30 @@ def beside(workload: str, library: str, rounds: int) -> list[tuple]:
     return list(zip(per["round_trip_ns"], per["tlm:tlm"], per["onnxruntime"], per["pytorch"]))
 
 
+SWEEP_MIB = (0.5, 1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 48, 96)
+
+
+def read_rates(sizes=SWEEP_MIB, rounds: int = 3) -> list[tuple[float, float]]:
+    """(MiB, GB/s): one thread reading a float32 buffer of each size again and again (BLAS's dot of
+    the buffer with itself, the median of >= 400 MiB read), the sizes interleaved over `rounds`.
+    Where the rate falls from the cache's to memory's is how much of the last-level cache this VM
+    gets in practice (the cache is shared with the host's other guests)."""
+    import time
+
+    import numpy as np
+
+    bufs = {mb: np.ones(int(mb * 2**20 / 4), dtype=np.float32) for mb in sizes}
+    times: dict[float, list[float]] = {mb: [] for mb in sizes}
+    for _ in range(rounds):
+        for mb, a in bufs.items():
+            a.dot(a)
+            for _ in range(max(5, int(400 / mb / rounds))):
+                t = time.perf_counter()
+                a.dot(a)
+                times[mb].append(time.perf_counter() - t)
+    return [(mb, round(mb / 2**10 / statistics.median(times[mb]), 1)) for mb in sizes]
+
+
 def summary(rows: list[tuple]) -> list[str]:
     """Markdown lines: each contender's median over the rounds with the CPUs near and far apart."""
     lines = ["| CPUs | rounds | median round trip ns | tlm ms | ONNX Runtime ms | PyTorch eager ms |",
@@ -149,8 +174,9 @@ def _append(out: Path, args, lines: list[str]) -> None:
         "`python bench/xcore.py --beside WORKLOAD LIB.so --rounds N`: round by round, the cache-line round trip "
         "between CPU 0 and CPU 1, then the workload's tlm library, ONNX Runtime and PyTorch eager (same inputs and "
         "threads; each the median of 3 repeats of >= 200 ms); medians over the rounds with the CPUs near and far apart."]
-    section = ["", f"## {time.strftime('%Y-%m-%d %H:%M')}, {host_label()}, commit {commit}: {args.beside[0]} "
-               f"(`{os.path.basename(args.beside[1])}`), {args.rounds} rounds", ""] + lines
+    what = (f"read rate against working set (`--sweep`, round trip {round_trip_ns(3)} ns)" if args.sweep else
+            f"{args.beside[0]} (`{os.path.basename(args.beside[1])}`), {args.rounds} rounds")
+    section = ["", f"## {time.strftime('%Y-%m-%d %H:%M')}, {host_label()}, commit {commit}: {what}", ""] + lines
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("a") as f:
         f.write("\n".join(head + section) + "\n")
@@ -162,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beside", nargs=2, metavar=("WORKLOAD", "LIBRARY"),
                         help="time a zoo workload's tlm library, ONNX Runtime and PyTorch eager round by round "
                              "beside the round trip, and split the medians by it")
+    parser.add_argument("--sweep", action="store_true", help="one thread's read rate over working sets of 0.5-96 MiB")
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "xcore.md"))
     args = parser.parse_args(argv)
@@ -170,6 +197,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"xcore: no such library: {args.beside[1]}", file=sys.stderr)
             return 2
         lines = summary(beside(*args.beside, args.rounds))
+        print("\n".join(lines))
+        _append(Path(args.out), args, lines)
+        return 0
+    if args.sweep:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads BLAS: one reader
+        rates = read_rates()
+        lines = ["| working set MiB | " + " | ".join(f"{mb:g}" for mb, _ in rates) + " |",
+                 "|---|" + "---|" * len(rates), "| read GB/s (1 thread) | " + " | ".join(f"{r:.1f}" for _, r in rates) + " |"]
         print("\n".join(lines))
         _append(Path(args.out), args, lines)
         return 0

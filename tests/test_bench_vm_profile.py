@@ -1,10 +1,11 @@
-"""bench/vm_profile.py: its table holds rows from before and after the steady-state `whole` (fast, no TVM)."""
+"""bench/vm_profile.py: its table holds rows from before and after the steady-state `whole` (fast; TVM tensors only for the footprint)."""
 
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
+import vm_profile  # noqa: E402
 from vm_profile import write  # noqa: E402
 
 OLD = {"date": "2026-11-28 18:50", "hardware": "znver4", "name": "old.so", "whole_ms": 4.87, "kernels_inside_ms": 4.48,
@@ -22,8 +23,8 @@ def test_rows_before_and_after_the_steady_whole(tmp_path):
     assert cells[0][4] == "-" and cells[0][7] == "-"  # the old row has neither new column
     assert cells[0][10] == f"{4.87 / 3.77:.2f}"  # ... and divides by its own kernels alone
     assert cells[1][4] == "5.00" and cells[1][10] == f"{4.0 / 3.2:.2f}"  # the new row divides by TVM's timer
-    assert cells[1][13:] == ["-", "-", "-"]  # no round trip measured
-    assert cells[2][13:] == ["71", f"3.40 ({3.4 / 3.2:.2f}x, 7)", f"4.80 ({4.8 / 3.2:.2f}x, 3)"]
+    assert cells[1][13:] == ["-", "-", "-", "-"]  # no round trip measured, no footprint
+    assert cells[2][13:] == ["71", f"3.40 ({3.4 / 3.2:.2f}x, 7)", f"4.80 ({4.8 / 3.2:.2f}x, 3)", "-"]
 
 
 def test_by_placement_splits_rounds_at_the_threshold():
@@ -41,3 +42,14 @@ def test_a_library_profiled_again_keeps_both_rows_and_one_kernel_table(tmp_path)
     text = (tmp_path / "t.md").read_text()
     assert len([line for line in text.splitlines() if line.startswith("| 2026")]) == 2
     assert text.count("## new.so") == 1 and "| k2 |" in text and "| k |" not in text
+
+
+def test_footprint_counts_shared_storage_once():
+    """Two views of one storage and a weight: the union of their byte ranges (TVM tensors, tiny)."""
+    import numpy as np
+    import tvm
+
+    w = tvm.runtime.tensor(np.zeros((256, 1024), "float32"))  # 1 MiB
+    a = tvm.runtime.tensor(np.zeros((512, 1024), "float32"))  # 2 MiB
+    half = a._create_view((256, 1024))  # the first half of a's storage
+    assert vm_profile.footprint_mib([("k1", None, (a, w)), ("k2", None, (half, w, 3))]) == 3.0

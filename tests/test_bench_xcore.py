@@ -39,3 +39,8 @@ def test_summary_splits_contenders_by_placement():
 def test_median_trip_skips_unmeasured_rounds():
     assert xcore.median_trip([70.0, None, 90.0]) == 80.0
     assert xcore.median_trip([None, None]) is None and xcore.median_trip([]) is None
+
+
+def test_read_rates_are_one_rate_per_size():
+    rates = xcore.read_rates(sizes=(0.25, 1), rounds=1)
+    assert [mb for mb, _ in rates] == [0.25, 1] and all(r > 0 for _, r in rates)

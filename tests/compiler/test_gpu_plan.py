@@ -7,6 +7,7 @@ for what the GPU machine needs (launches, buffers defined before use, seeds inst
 weights, its size), and compiled with nvcc when nvcc is here.
 """
 
+import argparse
 import json
 import random
 
@@ -191,3 +192,41 @@ def test_only_weight_like_constants_are_regenerated():
     assert not weight_like(mask) and not weight_like(np.where(np.isinf(mask), np.float32(-3.4e38), 0))
     assert not weight_like(np.ones((256, 256), "float32"))
     assert not weight_like(np.arange(256 * 256).reshape(256, 256))  # integers: indices, exactly
+
+
+def test_compile_for_a_gpu_writes_a_plan_and_says_it_did_not_run(mlp, tmp_path, capsys):
+    """`tlm compile --target h100` builds here what it cannot run here: the plan, the records of
+    the database applied, and a warning naming the command that runs and checks it on a GPU."""
+    from tlm.compiler.job import _plan_report, tune_and_plan
+    from tlm.graph.extract import extract_from_relax
+    from tlm.graph.target import resolve_target
+    from tlm.measure.database import open_db
+    from tlm.space.design import plain_json, random_program
+
+    h100 = resolve_target("h100")
+    tasks = extract_from_relax(mlp.mod, h100)
+    task = next(t for t in tasks if t.name == "fused_matmul_add_relu")
+    prog = next(p for s in range(100) if (p := random_program(task, h100, random.Random(s))).ok)
+    with open_db(str(tmp_path / "db")) as db:
+        db.add_record(task, h100.key, plain_json(prog.sch.trace.as_json()), [1e-5], proposer="tlm")
+    report = tune_and_plan(mlp, tasks, h100, db=str(tmp_path / "db"), budget=None, output=str(tmp_path / "plan"))
+    assert (tmp_path / "plan" / "plan.json").is_file() and report["schedules"]["db"] == 1
+    assert report["db_tasks"]["tuned"] == 1 and report["card"] == "h100"
+    assert _plan_report(report, argparse.Namespace(json=False)) == 0
+    out, err = capsys.readouterr()
+    assert "plan: " in out and "1 tuned" in out
+    assert err.count("\n") == 1 and "not run or checked here" in err and "tlm.measure.cuda_plan" in err
+
+
+def test_a_gpu_budget_needs_a_gpu_and_the_python_api_says_plan(mlp):
+    """Measuring CUDA programs here is refused in one line before any database is made; the
+    callable API has no GPU model to return and says how to get a plan instead."""
+    import tlm
+    from tlm.graph.extract import extract_from_relax
+    from tlm.graph.target import resolve_target
+    from tlm.search.tune import tune
+
+    with pytest.raises(TlmError, match="needs a GPU"):
+        tune(extract_from_relax(mlp.mod, resolve_target("h100")), "tlm", "4g", db="/nonexistent/db", target="h100")
+    with pytest.raises(TlmError, match="GPU plan"):
+        tlm.compile("bert_tiny", target="h100", db="x")

@@ -71,9 +71,10 @@ def cpu_expected(imported, seed: int, digests: set[str]):
 
 
 def build_plan(source, target: str = "h100", db: str | None = None, out: str | Path | None = None, seed: int = 0,
-               imported=None) -> Plan:
+               imported=None, tasks=None) -> Plan:
     """The plan of a zoo workload (or an ImportedModel) for `target`; written to `out` if given
-    (CUDA only). An LLVM plan stays in memory, its functions compiled (`run_plan_cpu`)."""
+    (CUDA only). An LLVM plan stays in memory, its functions compiled (`run_plan_cpu`). `tasks`:
+    the model's tasks for `target` when the caller has them (else extracted again)."""
     import numpy as np
     import tvm
 
@@ -85,12 +86,11 @@ def build_plan(source, target: str = "h100", db: str | None = None, out: str | P
     info = resolve_target(target)
     if out is not None and info.kind != "cuda":
         raise TlmError(f"plan: only a CUDA plan is written (target {target!r} is {info.kind})")
-    tasks = None
     if imported is None:
         from tlm.graph.extract import load
         from tlm.graph.importer import import_source
 
-        imported, tasks = load(source, target=info) if db else (import_source(source), None)
+        imported, tasks = load(source, target=info) if db else (import_source(source), tasks)
     msdb, rows = None, None
     if db:
         from tlm.graph.extract import extract_from_relax

@@ -44,6 +44,19 @@ def tune_and_compile(imported, tasks, target, *, db: str | None, budget: str | i
 
     info = resolve_target(target)
     t0 = time.perf_counter()
+    db, tune_s, earlier = _tune_first(imported, tasks, info, db, budget, model, tune_config, progress)
+    out = compile_imported(imported, db, target=info, output=output, config=config, tasks=tasks)
+    out.budget = None if budget is None else str(budget)
+    out.tune_s = tune_s
+    out.earlier_measurements = earlier
+    out.wall_s = time.perf_counter() - t0
+    return out
+
+
+def _tune_first(imported, tasks, info, db, budget, model, tune_config, progress) -> tuple[str, float | None, int]:
+    """Tune `tasks` into `db` (a run directory by default) when a budget is given: (db, tuning
+    seconds or None, measurements the database held before)."""
+    t0 = time.perf_counter()
     tune_s, earlier = None, 0
     if budget is not None:
         from tlm.search.base import TuneConfig
@@ -68,12 +81,32 @@ def tune_and_compile(imported, tasks, target, *, db: str | None, budget: str | i
         raise TlmError("a model is only used with a budget (it tunes the tasks first)")
     if not os.path.isdir(db):
         raise TlmError(f"no record database directory {db}")
-    out = compile_imported(imported, db, target=info, output=output, config=config, tasks=tasks)
-    out.budget = None if budget is None else str(budget)
-    out.tune_s = tune_s
-    out.earlier_measurements = earlier
-    out.wall_s = time.perf_counter() - t0
-    return out
+    return db, tune_s, earlier
+
+
+def tune_and_plan(imported, tasks, target, *, db: str | None, budget: str | int | None,
+                  model: str | None = None, tune_config=None, output: str | None = None,
+                  progress: bool = False) -> dict[str, Any]:
+    """A GPU target: tune (budget 0 needs no GPU), then write the whole-model GPU plan
+    (tlm.compiler.gpu_plan) to `output` (default: the run directory's `plan`), the records of
+    `db` applied and TVM's dlight rules for the other tasks. Nothing runs here: TVM's wheel has
+    no CUDA runtime; `python -m tlm.measure.cuda_plan PLAN` runs and checks it on a GPU machine."""
+    from tlm.compiler.gpu_plan import build_plan, summary
+
+    t0 = time.perf_counter()
+    db, tune_s, earlier = _tune_first(imported, tasks, target, db, budget, model, tune_config, progress)
+    out = output or os.path.join(db, "plan")
+    plan = build_plan(imported.source, target=target, db=db, out=out, imported=imported, tasks=tasks)
+    return {"source": imported.source, "target": target.config, "card": plan.meta["card"],
+            "budget": None if budget is None else str(budget), "db": db, "plan": os.path.abspath(out),
+            "summary": summary(plan), "schedules": plan.meta["schedules"], "db_tasks": plan.meta["db_tasks"],
+            "files_bytes": plan.meta.get("files_bytes"), "earlier_measurements": earlier, "tune_s": tune_s,
+            "wall_s": round(time.perf_counter() - t0, 1), "run": f"python -m tlm.measure.cuda_plan {out} --out RESULTS"}
+
+
+NOT_RUN = ("not run or checked here: this machine has no GPU (and TVM's wheel no CUDA runtime); on a machine "
+           "with an NVIDIA GPU (Python with numpy, CuPy and nvcc; no TVM) `{run}` compiles it, checks the output "
+           "against this CPU's and times it")
 
 
 def _measured_before(db: str, tasks, info) -> int:
@@ -104,6 +137,9 @@ def compile_model(module, example_inputs=None, *, db: str | None = None, target=
     from tlm.graph.target import resolve_target
 
     info = resolve_target(target)
+    if info.kind == "cuda":
+        raise TlmError(f"a model for {info.kind} is built as a GPU plan, not a callable here (no GPU): "
+                       "`tlm compile SOURCE --target GPU --budget 0 -o DIR` writes one")
     imported, tasks = load(module, example_inputs, info)
     return tune_and_compile(imported, tasks, info, db=db, budget=budget, model=model,
                             tune_config=tune_config, output=output, config=config, progress=progress)
@@ -138,6 +174,9 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     cfg = CompileConfig(repeat=args.repeat, compare=not args.no_compare)
     tcfg = TuneConfig(batch_size=args.batch_size, seed=args.seed, cost_model=args.cost_model)
     progress = not args.json and sys.stderr.isatty() or args.progress
+    if info.kind == "cuda":
+        return _plan_report(tune_and_plan(imported, tasks, info, db=args.db, budget=args.budget, model=args.model,
+                                          tune_config=tcfg, output=args.output, progress=progress), args)
     model = tune_and_compile(imported, tasks, info, db=args.db, budget=args.budget,
                              model=args.model, tune_config=tcfg, output=args.output, config=cfg,
                              progress=progress)
@@ -184,6 +223,21 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     return 0 if model.matches else 3
 
 
+def _plan_report(report: dict[str, Any], args: argparse.Namespace) -> int:
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        t = report["db_tasks"] or {}
+        print(f"{report['summary']}")
+        print(f"tasks: {t.get('tuned', 0)} tuned, {t.get('greedy', 0)} with the cost model's pick unmeasured "
+              f"(budget {report['budget']}), {t.get('untuned', 0)} untuned (dlight's rules)")
+        print(f"records: {report['db']}")
+        print(f"plan: {report['plan']}")
+    print(f"tlm: warning: {NOT_RUN.format(run=report['run'])}", file=sys.stderr)
+    return 0
+
+
 def register_cli(sub) -> None:
     p = sub.add_parser("compile", help="build a whole model with the best records (optionally tune it first) and compare it")
     p.add_argument("source", help="a zoo workload name or a path to an .onnx file")
@@ -196,8 +250,10 @@ def register_cli(sub) -> None:
                    help="TLM model directory for --budget (default: the shipped one for the target)")
     p.add_argument("--cost-model", default="auto",
                    help="--budget: the cost model ranking the model's samples: auto (the shipped one), none, or a directory")
-    p.add_argument("-o", "--output", default=None, help="where to save the compiled library (.so)")
-    p.add_argument("--target", default=None, help="'host' (default), or a TVM target as JSON")
+    p.add_argument("-o", "--output", default=None,
+                   help="where to save the compiled library (.so); for a GPU target the plan's directory")
+    p.add_argument("--target", default=None,
+                   help="'host' (default), a GPU name (h100, a100, ...: writes a GPU plan) or a TVM target as JSON")
     p.add_argument("--repeat", type=int, default=10, help="timed repeats (median)")
     p.add_argument("--no-compare", action="store_true", help="skip PyTorch / ONNX Runtime timing")
     p.add_argument("--batch-size", type=int, default=16, help="--budget: candidates measured per batch")
