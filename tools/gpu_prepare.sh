@@ -9,7 +9,9 @@
 # 2. one work database per contender of the held-out H100 run (TLM's 10 and MetaSchedule's 64
 #    programs per task; never into the corpus) and, from them, whole-model plans of bert_base and
 #    gpt2 with each contender's best programs, and with dlight for every task; dlight plans of
-#    resnet_50 and mobilenet_v2 (PLANS_DIR, ~0.6 MiB each).
+#    resnet_50 and mobilenet_v2 (PLANS_DIR, ~0.6 MiB each);
+# 3. TLM@0 plans of the four (`tlm compile W --target h100 --budget 0`: the shipped GPU TLM's
+#    samples, the shipped GPU cost model's pick, nothing measured; ~0.6 MiB each).
 # The call (one, ~9 minutes: plans, PyTorch eager in the same call, then the bundle for what is
 # left of BUDGET) carries about 55 MiB with `tools/device_tree.sh drop` (restore after it).
 set -euo pipefail
@@ -39,6 +41,10 @@ if [ "${1:-}" != "--print" ]; then
   done
   for w in bert_base-b1-s128 gpt2-b1-s128 resnet_50-b1-i224 mobilenet_v2-b1-i224; do
     [ -f "$PLANS_DIR/$w-dlight/plan.json" ] || $TLM gpu plan $w --target h100 --out "$PLANS_DIR/$w-dlight"
+  done
+  for w in bert_base-b1-s128 gpt2-b1-s128 resnet_50-b1-i224 mobilenet_v2-b1-i224; do
+    [ -f "$PLANS_DIR/$w-tlm0/plan.json" ] || $TLM compile $w --target h100 --budget 0 --db "$DBS/db-tlm0" \
+      -o "$PLANS_DIR/$w-tlm0"
   done
 fi
 du -sh "$BUNDLE_C" "$PLANS_DIR" 2>/dev/null || true

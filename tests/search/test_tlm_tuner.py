@@ -135,6 +135,9 @@ def test_model_targets_and_the_other_target_warning(tmp_path, host):
     assert serves(old, skx) and not serves(old, zen)  # same ISA class serves; avx2 does not
     multi = {"targets": model_targets(old) + model_targets({"target": zen.config})}
     assert serves(multi, zen) and serves(multi, skx)
+    h100, h200, a100 = (resolve_target(n) for n in ("h100", "h200", "a100"))
+    gpu = {"targets": model_targets({"target": h200.config})}
+    assert serves(gpu, h100) and not serves(gpu, a100)  # one SM architecture serves; sm_80 is another
 
     def warned(meta, target):
         with warnings.catch_warnings(record=True) as got:

@@ -263,12 +263,14 @@ def model_targets(meta: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def serves(meta: dict[str, Any], target) -> bool:
-    """Whether a model was trained for this target, or for one of the same kind, arch and ISA."""
+    """Whether a model was trained for this target, or for one of the same kind, arch and ISA (and,
+    for a GPU, the same SM architecture: sm_80's limits are not sm_90a's)."""
     from tlm.space.sampling import target_id
 
     tid = target_id(target)
-    return any(t.get("target_id") == tid or (t.get("kind"), t.get("arch"), t.get("isa"))
-               == (target.kind, target.arch, target.isa) for t in model_targets(meta))
+    gpu = target.kind == "cuda"
+    return any(t.get("target_id") == tid or (t.get("kind"), t.get("arch"), t.get("isa"), gpu and t.get("cpu"))
+               == (target.kind, target.arch, target.isa, gpu and target.cpu) for t in model_targets(meta))
 
 
 def read_meta(path: Path) -> dict[str, Any]:
