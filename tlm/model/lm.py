@@ -320,6 +320,7 @@ def default_model_dir(target) -> Path:
     if key[1] and (info.key, str(path)) not in _NOTED:
         _NOTED.add((info.key, str(path)))
         what = ", ".join(sorted({f"{t.get('kind')}/{t.get('isa')} {t.get('cpu')}" for t in trained})) or "unknown targets"
-        print(f"tlm: note: no model for {info.kind}/{info.isa}; using {path.relative_to(repo_root())} "
+        label = f"{info.kind}/{info.cpu}" if info.kind == "cuda" else f"{info.kind}/{info.isa}"  # a GPU: its SM arch
+        print(f"tlm: note: no model for {label}; using {path.relative_to(repo_root())} "
               f"(trained for {what})", file=sys.stderr)
     return path

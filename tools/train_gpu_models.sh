@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The shipped GPU models (issue 49), trained here on CPUs from what the repository holds; re-running resumes.
+#
+#   bash tools/train_gpu_models.sh [WORK]      # WORK default work/gpu-lm; ~1.5 h on 2 cores
+#
+# 1. TLM-base for CUDA: the vocabulary and the pretraining corpus are the random programs of the
+#    GPU bundles (results/gpu/bundles/bundle-a, bundle-b: measured; work/gpu2/bundle-c when present:
+#    built by tools/gpu_prepare.sh, not measured yet; pretraining needs sentences, not latencies),
+#    with the choices of the four GPU test workloads' spaces in the vocabulary; the `small` preset,
+#    3,000 steps of batch 64 on the CPU (a GPU does it in minutes: bench/gpu_device.sh TRAIN=).
+# 2. TLM for CUDA: TLM-base fine-tuned on the best measured program of every training task on each
+#    card of the corpus (data/corpus/cuda-h100, cuda-h200; the prompts name the card).
+# 3. The GPU cost model: XGBoost on the corpus's GPU records (tlm costmodel --kind cuda).
+# Then copy WORK/ft to pretrained/tlm-ft-cuda-sm90 and WORK/costmodel-cuda to
+# pretrained/costmodel-cuda-sm90 (TLM-base stays in WORK: compiling needs only the fine-tuned one).
+set -euo pipefail
+cd "$(git rev-parse --show-toplevel)"
+TLM=${TLM:-.venv/bin/tlm}
+W=${1:-work/gpu-lm}
+BUNDLES="results/gpu/bundles/bundle-a results/gpu/bundles/bundle-b"
+[ -f work/gpu2/bundle-c/manifest.json.gz ] && BUNDLES="$BUNDLES work/gpu2/bundle-c"
+mkdir -p "$W/corpus"
+ln -sfn "$PWD/data/corpus/cuda-h100" "$W/corpus/cuda-h100"
+ln -sfn "$PWD/data/corpus/cuda-h200" "$W/corpus/cuda-h200"
+[ -f "$W/base/tokenizer.json" ] ||
+  $TLM pretrain --vocab-only --data $BUNDLES --out "$W/base" --target h100 \
+    --source bert_base-b1-s128 gpt2-b1-s128 resnet_50-b1-i224 mobilenet_v2-b1-i224
+$TLM pretrain --data "$W/base/corpus.json.xz" --out "$W/base" --preset small --steps 3000 --batch-size 64 --device cpu
+[ -f "$W/costmodel-cuda/costmodel-meta.json" ] ||
+  $TLM costmodel --corpus "$W/corpus" --kind cuda --out "$W/costmodel-cuda" --work "$W/cm-work"
+[ -f "$W/ft/tlm.json" ] ||
+  $TLM finetune --base "$W/base" --db "$W/cm-work/db" --target h100 h200 --per-task 1 --loss sentence \
+    --epochs 10 --seed 1 --threads 2 --out "$W/ft"
+echo "models in $W/ft and $W/costmodel-cuda"
