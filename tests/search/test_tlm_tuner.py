@@ -435,3 +435,20 @@ def test_first_choice_that_llvm_builds_in_time(capsys):
     assert tuner._buildable(task, ["a", "b"]) == ["a"]
     assert "tlm: warning: fused_conv1d" in capsys.readouterr().err
     assert tuner._buildable(task, []) == []
+
+
+def test_the_shipped_gpu_models_serve_the_hopper_cards_and_name_themselves_for_others(capsys):
+    """`tlm compile --target h100 --budget 0` finds a shipped TLM and cost model for CUDA, trained
+    for sm_90a (H100 and H200): exact, no note; an A100 (sm_80) gets them with a one-line note."""
+    from tlm.graph.target import resolve_target
+    from tlm.model.lm import default_model_dir, read_meta
+    from tlm.search.costmodel import default_cost_model
+
+    for card in ("h100", "h200"):
+        lm, cm = default_model_dir(resolve_target(card)), default_cost_model(resolve_target(card))
+        assert lm.name.startswith("tlm-ft-cuda-") and cm is not None and cm.name.startswith("costmodel-cuda-")
+    assert capsys.readouterr().err == ""
+    assert {t["cpu"] for t in read_meta(lm)["targets"]} == {"sm_90a"}
+    assert default_model_dir(resolve_target("a100")) == lm
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no model for cuda/sm_80" in err and "sm_90a" in err
