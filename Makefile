@@ -7,7 +7,7 @@ SOURCE ?= mobilenet_v2
 BUDGET ?= 1g
 SUITE ?= quick
 
-.PHONY: setup run test test-all eval collect costmodel summary
+.PHONY: setup run test test-all eval collect costmodel gpu-models summary
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
@@ -40,6 +40,13 @@ collect: setup
 # The cost model that ranks TLM's samples, refit on the whole corpus (commit pretrained/costmodel-*).
 costmodel: setup
 	$(BIN)/tlm costmodel --corpus data/corpus --out pretrained/costmodel-llvm-x86_64
+
+gpu-models: setup  # the GPU TLM and cost model, on CPUs (tools/train_gpu_models.sh), then shipped
+	TLM=$(BIN)/tlm bash tools/train_gpu_models.sh work/gpu-lm
+	rm -rf pretrained/tlm-ft-cuda-sm90 pretrained/costmodel-cuda-sm90
+	mkdir -p pretrained/tlm-ft-cuda-sm90
+	cp work/gpu-lm/ft/*.json work/gpu-lm/ft/model.safetensors pretrained/tlm-ft-cuda-sm90/
+	cp -r work/gpu-lm/costmodel-cuda pretrained/costmodel-cuda-sm90
 
 test: setup
 	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=30
