@@ -11,8 +11,9 @@
 # 2. TLM for CUDA: TLM-base fine-tuned on the best measured program of every training task on each
 #    card of the corpus (data/corpus/cuda-h100, cuda-h200; the prompts name the card).
 # 3. The GPU cost model: XGBoost on the corpus's GPU records (tlm costmodel --kind cuda).
-# Then copy WORK/ft to pretrained/tlm-ft-cuda-sm90 and WORK/costmodel-cuda to (`make gpu-models` does both steps)
-# pretrained/costmodel-cuda-sm90 (TLM-base stays in WORK: compiling needs only the fine-tuned one).
+# Then copy WORK/ft to pretrained/tlm-ft-cuda-sm90 and WORK/costmodel-cuda to
+# pretrained/costmodel-cuda-sm90 (TLM-base stays in WORK: compiling needs only the fine-tuned one);
+# `make gpu-models` does both steps.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 TLM=${TLM:-.venv/bin/tlm}
