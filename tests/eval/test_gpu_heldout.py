@@ -57,6 +57,15 @@ def test_report_sums_per_workload_and_charges_dlight_where_a_contender_has_nothi
     text = report_markdown(rep, "tlm gpu-heldout report ...")
     assert "| m (2/2 tasks) |" in text and "tlm@1 vs metaschedule@64" in text
 
+    # a new model's proposals measured alone, MetaSchedule's taken from the earlier run of the same tasks
+    nb, nr = _bundle(tmp_path / "n", [dict(a, candidates=[{"id": 0, "proposer": "tlm"}]), dict(b, candidates=[])],
+                     [{"t": "a", "k": "ref", "lat": [10e-6], "err": None}, {"t": "a", "k": 0, "lat": [3e-6], "err": None},
+                      {"t": "b", "k": "ref", "lat": [2e-6], "err": None}])
+    rep = heldout_report(nb, nr, rb, rr, props, metaschedule=(bundle, results))
+    by = {r["task"]: r["us"] for r in rep["tasks"]}
+    assert by["a"]["tlm@0"] == pytest.approx(3) and by["a"]["metaschedule@64"] == pytest.approx(5)
+    assert by["b"]["metaschedule@64"] == pytest.approx(2)  # wrong there too: dlight's
+
 
 @pytest.mark.tvm
 def test_metaschedule_first_round_gives_programs_of_the_spaces():

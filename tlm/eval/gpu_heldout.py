@@ -206,14 +206,22 @@ def cost_model_picks(bundle: str | Path, cost_model: str | Path) -> dict[str, in
 
 
 def heldout_report(bundle: str | Path, results: str | Path, random_bundle: str | Path, random_results: str | Path,
-                   proposals: str | Path, picks: dict[str, int] | None = None) -> dict[str, Any]:
+                   proposals: str | Path, picks: dict[str, int] | None = None,
+                   metaschedule: tuple[str | Path, str | Path] | None = None) -> dict[str, Any]:
     """Per task and summed: each contender's best latency (a contender without a correct program
     of a task is charged dlight's there, and counted); with `picks` (cost_model_picks) also
-    `tlm@0+cm`, the cost model's pick of the model's proposals."""
+    `tlm@0+cm`, the cost model's pick of the model's proposals. `metaschedule`: (bundle, results)
+    of an earlier run of the same tasks whose MetaSchedule programs stand in for this bundle's
+    (a new model's proposals measured alone, beside MetaSchedule's measured before)."""
     from tlm.measure.cuda_measure import read_manifest
 
     manifests = {b: read_manifest(b) for b in (random_bundle, bundle)}
     props, ref = measured(bundle, results, manifests[bundle])
+    if metaschedule is not None:
+        earlier, _ = measured(metaschedule[0], metaschedule[1], read_manifest(metaschedule[0]))
+        for h, v in earlier.items():
+            if "metaschedule" in v:
+                props.setdefault(h, {})["metaschedule"] = v["metaschedule"]
     most = max((len(v.get("tlm", [])) for v in props.values()), default=0)
     ks = tuple(k for k in KS if k <= max(1, most))  # no TLM@32 column from 10 proposals a task
     rand, ref2 = measured(random_bundle, random_results, manifests[random_bundle])
@@ -304,6 +312,8 @@ def register_cli(subparsers) -> None:
                    help="a random bundle of the same tasks and its results (random@k)")
     q.add_argument("--proposals", required=True, help="the propose --out folder (the workloads' calls)")
     q.add_argument("--cost-model", default=None, help="a GPU cost model (tlm costmodel --kind cuda): adds tlm@0+cm")
+    q.add_argument("--metaschedule", nargs=2, default=None, metavar=("BUNDLE", "RESULTS"),
+                   help="MetaSchedule's programs of the same tasks from an earlier bundle and run")
     q.add_argument("--out", default="bench/results/gpu-heldout", help="OUT.md and OUT.json")
     q.set_defaults(func=_cmd_report)
 
@@ -312,7 +322,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     import sys
 
     picks = cost_model_picks(args.bundle, args.cost_model) if args.cost_model else None
-    rep = heldout_report(args.bundle, args.results, args.random[0], args.random[1], args.proposals, picks)
+    rep = heldout_report(args.bundle, args.results, args.random[0], args.random[1], args.proposals, picks,
+                         args.metaschedule)
     if not rep["tasks"]:
         raise TlmError(f"no task of {args.bundle} has a measured reference in {args.results}")
     out = Path(args.out)
