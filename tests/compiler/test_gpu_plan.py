@@ -230,3 +230,34 @@ def test_a_gpu_budget_needs_a_gpu_and_the_python_api_says_plan(mlp):
         tune(extract_from_relax(mlp.mod, resolve_target("h100")), "tlm", "4g", db="/nonexistent/db", target="h100")
     with pytest.raises(TlmError, match="GPU plan"):
         tlm.compile("bert_tiny", target="h100", db="x")
+
+
+def test_a_record_that_does_not_lower_gets_dlight_and_a_warning(mlp, tmp_path, monkeypatch, capsys):
+    """An unmeasured budget-0 pick can be a program CUDA lowering refuses (resnet_50's mean did):
+    the plan gives that function dlight's schedule and says so, instead of failing the model.
+    The refusal is made up here (a unit test: lower_cuda fails its first call, the check of the
+    record's program); everything else is real."""
+    import tlm.measure.cuda_build as cb
+    from tlm.compiler.gpu_plan import build_plan
+    from tlm.graph.extract import extract_from_relax
+    from tlm.graph.target import resolve_target
+    from tlm.measure.database import open_db
+    from tlm.space.design import plain_json, random_program
+
+    h100 = resolve_target("h100")
+    task = next(t for t in extract_from_relax(mlp.mod, h100) if t.name == "fused_matmul_add_relu")
+    prog = next(p for s in range(100) if (p := random_program(task, h100, random.Random(s))).ok)
+    with open_db(str(tmp_path / "db")) as db:
+        db.add_record(task, h100.key, plain_json(prog.sch.trace.as_json()), [1e-5], proposer="tlm")
+    real, calls = cb.lower_cuda, []
+
+    def first_refused(mod, target):
+        calls.append(1)
+        return cb.CudaProgram(error="lowering failed: made up") if len(calls) == 1 else real(mod, target)
+
+    monkeypatch.setattr(cb, "lower_cuda", first_refused)
+    plan = build_plan(None, target="h100", imported=mlp, db=str(tmp_path / "db"))
+    assert plan.meta["schedules"] == {"db": 0, "dlight": 2, "default": 0}
+    assert plan.meta["refused"] == {"fused_matmul_add_relu": "lowering failed: made up"}
+    err = capsys.readouterr().err
+    assert "fused_matmul_add_relu: the database's program does not lower for h100" in err

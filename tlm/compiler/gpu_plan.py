@@ -30,6 +30,7 @@ import argparse
 import json
 import lzma
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,6 +102,9 @@ def build_plan(source, target: str = "h100", db: str | None = None, out: str | P
         with open_db(db, create=False) as database:
             msdb, rows = compile_database(database, tasks or extract_from_relax(imported.mod, info), info)
     mod, how, w, exact = walked(imported, info, seed, msdb)
+    for name, why in w.refused.items():  # said, never silent: the plan runs dlight's program there
+        print(f"tlm: warning: {name}: the database's program does not lower for {info.config.get('model') or info.cpu} "
+              f"({why}); TVM's dlight schedule instead", file=sys.stderr)
     nbytes = {k: sum(int(np.prod(b["shape"])) * np.dtype(b["dtype"]).itemsize for b in w.buffers if pick(b))
               for k, pick in (("carried", lambda b: "exact" in b), ("regenerated", lambda b: "regen" in b),
                               ("intermediate", lambda b: b["kind"] in ("intermediate", "output")))}
@@ -132,7 +136,7 @@ def build_plan(source, target: str = "h100", db: str | None = None, out: str | P
             "buffers": w.buffers, "steps": w.steps, "functions": functions, "output": w.outputs[0],
             "outputs": w.outputs, "inputs": [{k: b[k] for k in ("id", "shape", "dtype")} for b in w.buffers
                                              if b["kind"] == "input"],
-            "schedules": counts, "db": os.path.abspath(db) if db else None,
+            "schedules": counts, "db": os.path.abspath(db) if db else None, "refused": w.refused,
             "db_tasks": {s: sum(1 for r in rows if r["status"] == s) for s in ("tuned", "greedy", "untuned")} if rows else None,
             "expected": {"shape": list(expected.shape), "dtype": str(expected.dtype), "sampled": sampled, "scale": scale},
             "tolerance": {"rtol": RTOL, "atol": ATOL, "model_rtol": MODEL_RTOL, "model_atol": MODEL_ATOL},

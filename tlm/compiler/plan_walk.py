@@ -28,11 +28,14 @@ class Walk:
     steps: list[dict[str, Any]]
     outputs: list[int]
     consts: dict[int, Any] = field(repr=False)
+    refused: dict[str, str] = field(default_factory=dict)  # function -> why its record's program did not lower
 
 
-def lower_to_calls(mod, info: TargetInfo, msdb=None) -> tuple[Any, dict[str, str]]:
+def lower_to_calls(mod, info: TargetInfo, msdb=None, refused: dict[str, str] | None = None) -> tuple[Any, dict[str, str]]:
     """The prepared Relax module -> `main` as flat call_tir/reshape bindings, every function
-    scheduled; and per function how: "db" (a record of `msdb`), "dlight" or "default" (LLVM's)."""
+    scheduled; and per function how: "db" (a record of `msdb`), "dlight" or "default" (LLVM's).
+    CUDA: a record whose program does not lower to CUDA C (an unmeasured budget-0 pick can be
+    one) is set aside for dlight's rules, and why goes into `refused`."""
     import contextlib
 
     import tvm
@@ -49,12 +52,23 @@ def lower_to_calls(mod, info: TargetInfo, msdb=None) -> tuple[Any, dict[str, str
     tgt = info.tvm()
     with tgt, msdb if msdb is not None else contextlib.nullcontext(), tvm.transform.PassContext(opt_level=3):
         mod = tvm.transform.Sequential(fuse_passes(tgt))(mod)
-        before = scheduled(mod)
+        before, pre = scheduled(mod), mod
         if msdb is not None:  # as tlm.compiler.build_relax applies them
             mod = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
             if info.kind == "llvm":
                 mod = tvm.transform.Sequential(prepack_fold())(mod)
         tuned = scheduled(mod) - before
+        if info.kind == "cuda" and tuned:
+            from tlm.measure.cuda_build import lower_cuda
+
+            for name in sorted(tuned):
+                gv = mod.get_global_var(name)
+                got = lower_cuda(tvm.IRModule({"main": mod[gv].with_attr("global_symbol", "main")}), info)
+                if got.error:
+                    mod[gv] = pre[pre.get_global_var(name)]  # unscheduled again: dlight's rules below
+                    tuned = tuned - {name}
+                    if refused is not None:
+                        refused[name] = str(got.error).splitlines()[0][:200]
         if info.kind == "cuda":
             mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
                                           dl.gpu.GeneralReduction(), dl.gpu.Fallback())(mod)
@@ -219,9 +233,11 @@ def vm_output(mod, w: Walk, exact: dict[str, Any], info: TargetInfo):
 def walked(imported, info: TargetInfo, seed: int, msdb=None):
     """An imported model lowered for `info`, walked, its data marked: (module, how each function
     is scheduled, walk, carried arrays). The GPU plan and its CPU reference both come from here."""
+    refused: dict[str, str] = {}
     with quiet_stderr():  # TVM's warnings (e.g. fast-mode gathers), not ours to show
-        mod, how = lower_to_calls(imported.mod, info, msdb)
+        mod, how = lower_to_calls(imported.mod, info, msdb, refused)
     w = walk(mod["main"])
+    w.refused = refused
     return mod, how, w, mark_data(w, list(imported.inputs), seed)
 
 
