@@ -452,3 +452,26 @@ def test_the_shipped_gpu_models_serve_the_hopper_cards_and_name_themselves_for_o
     assert default_model_dir(resolve_target("a100")) == lm
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no model for cuda/sm_80" in err and "sm_90a" in err
+
+
+def test_a_cuda_pick_that_does_not_lower_gives_way_to_the_next(monkeypatch, capsys):
+    """Budget 0 on a GPU measures nothing, so the pick itself is checked: the first of the ranked
+    choices that lowers to CUDA C, said in a note when it is not the first. A unit test: the
+    lowering's verdicts are made up (programs stand in as names)."""
+    from types import SimpleNamespace
+
+    import tlm.measure.cuda_build as cb
+    from tlm.graph.target import resolve_target
+    from tlm.search.tlm_tuner import TlmTuner
+
+    tuner = TlmTuner.__new__(TlmTuner)
+    tuner.target = resolve_target("h100")
+    monkeypatch.setattr(tuner, "_schedule", lambda task, g: SimpleNamespace(mod=g), raising=False)
+    monkeypatch.setattr(cb, "lower_cuda", lambda mod, target: cb.CudaProgram(error=None if mod.startswith("ok") else
+                                                                             "lowering failed: made up\nmore"))
+    task = SimpleNamespace(name="mean")
+    assert tuner._buildable(task, ["ok1", "bad"]) == ["ok1"] and capsys.readouterr().err == ""
+    assert tuner._buildable(task, ["bad", "ok2", "ok3"]) == ["ok2"]
+    err = capsys.readouterr().err
+    assert err == "tlm: note: mean: the model's first choice does not lower to CUDA (lowering failed: made up); its choice #2 is used\n"
+    assert tuner._buildable(task, ["bad", "bad"]) == ["bad"] and "none of the model's 2 choices" in capsys.readouterr().err
