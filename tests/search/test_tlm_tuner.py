@@ -424,6 +424,7 @@ def test_first_choice_that_llvm_builds_in_time(capsys):
     from tlm.search.tlm_tuner import TlmTuner
 
     tuner = TlmTuner.__new__(TlmTuner)
+    tuner.target = SimpleNamespace(kind="llvm")
     task = SimpleNamespace(name="fused_conv1d")
     costs = {"a": 77616, "b": 9000, "c": 0, "d": 0}
     tuner._build_cost = lambda t, g: costs[g]
