@@ -20,10 +20,15 @@ def measured(tasks, host, measurer, tmp_path_factory):
 
     db = open_db(str(tmp_path_factory.mktemp("cm-db")))
     for j, task in enumerate(tasks):
-        progs = [p for p in (random_program(task, host, 100 * j + s) for s in range(30)) if p.ok][:10]
+        progs = [p for p in (random_program(task, host, 100 * j + s) for s in range(30)) if p.ok][:14]
         res = measurer.measure([Candidate(task, schedule=p.sch, proposer="random") for p in progs])
-        for p, r in zip(progs, res):
-            assert r.ok, r.error
+        # A random program TVM's LLVM build refuses is data, as in the collector (once in a CI run of
+        # 2026-11-29 a softmax program hit "VectorizeLoop before LiftStorageAlloc" there and not alone:
+        # open); a wrong result never is.
+        assert all(r.ok or r.error.startswith("BuildError") for r in res), [r.error for r in res]
+        kept = [(p, r) for p, r in zip(progs, res) if r.ok][:10]
+        assert len(kept) >= 8
+        for p, r in kept:
             if j == 0:
                 db.add_record(task, host.key, plain_json(p.sch.trace.as_json()), r.latencies_s)
             else:

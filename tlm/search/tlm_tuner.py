@@ -191,28 +191,11 @@ class TlmTuner(Tuner):
         from tlm.space.build_cost import first_buildable
 
         if self.target.kind == "cuda":
-            return self._first_lowering(task, ranked)
+            from tlm.measure.cuda_build import lower_cuda
+            from tlm.space.build_cost import first_lowering
+
+            return first_lowering(task.name, ranked, lambda g: lower_cuda(self._schedule(task, g).mod, self.target).error)
         return first_buildable(task.name, ranked, lambda g: self._build_cost(task, g))
-
-    def _first_lowering(self, task: Task, ranked: list) -> list:
-        from tlm.measure.cuda_build import lower_cuda
-
-        why = None
-        for i, g in enumerate(ranked):
-            try:
-                err = lower_cuda(self._schedule(task, g).mod, self.target).error
-            except TlmError as e:
-                err = str(e)
-            if err is None:
-                if i > 0:
-                    print(f"tlm: note: {task.name}: the model's first choice does not lower to CUDA ({why}); "
-                          f"its choice #{i + 1} is used", file=sys.stderr)
-                return [g]
-            why = why or str(err).splitlines()[0][:160]
-        if ranked:
-            print(f"tlm: warning: {task.name}: none of the model's {len(ranked)} choices lowers to CUDA ({why})",
-                  file=sys.stderr)
-        return ranked[:1]
 
     def greedy(self, task: Task):
         """(Generated, Schedule) of the model's first choice (`pick`), or None."""

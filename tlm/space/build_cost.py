@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from tlm.errors import TlmError
 from tlm.graph.target import TargetInfo
 
 # Lanes in odd-width vector accesses above which LLVM's build time grows past seconds (see above).
@@ -96,4 +97,24 @@ def first_buildable(name: str, ranked: list, cost: Callable[[Any], int]) -> list
     if ranked:
         print(f"tlm: warning: {name}: each of the model's {len(ranked)} choices has too many lanes in odd-width "
               f"vector accesses (the first {first:,}); LLVM may take minutes to build it", file=sys.stderr)
+    return ranked[:1]
+
+
+def first_lowering(name: str, ranked: list, error_of: Callable[[Any], str | None]) -> list:
+    """[the first of `ranked` whose `error_of` (CUDA lowering's error) is None], said in a note when
+    it is not the first; [the first of all], with a warning, when none lowers."""
+    why = None
+    for i, item in enumerate(ranked):
+        try:
+            err = error_of(item)
+        except TlmError as e:
+            err = str(e)
+        if err is None:
+            if i > 0:
+                print(f"tlm: note: {name}: the model's first choice does not lower to CUDA ({why}); "
+                      f"its choice #{i + 1} is used", file=sys.stderr)
+            return [item]
+        why = why or str(err).splitlines()[0][:160]
+    if ranked:
+        print(f"tlm: warning: {name}: none of the model's {len(ranked)} choices lowers to CUDA ({why})", file=sys.stderr)
     return ranked[:1]
