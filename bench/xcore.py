@@ -174,8 +174,7 @@ def _append(out: Path, args, lines: list[str]) -> None:
         "`python bench/xcore.py --beside WORKLOAD LIB.so --rounds N`: round by round, the cache-line round trip "
         "between CPU 0 and CPU 1, then the workload's tlm library, ONNX Runtime and PyTorch eager (same inputs and "
         "threads; each the median of 3 repeats of >= 200 ms); medians over the rounds with the CPUs near and far apart."]
-    what = (f"read rate against working set (`--sweep`, round trip {round_trip_ns(3)} ns)" if args.sweep else
-            f"{args.beside[0]} (`{os.path.basename(args.beside[1])}`), {args.rounds} rounds")
+    what = args.title if args.sweep else f"{args.beside[0]} (`{os.path.basename(args.beside[1])}`), {args.rounds} rounds"
     section = ["", f"## {time.strftime('%Y-%m-%d %H:%M')}, {host_label()}, commit {commit}: {what}", ""] + lines
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("a") as f:
@@ -206,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         lines = ["| working set MiB | " + " | ".join(f"{mb:g}" for mb, _ in rates) + " |",
                  "|---|" + "---|" * len(rates), "| read GB/s (1 thread) | " + " | ".join(f"{r:.1f}" for _, r in rates) + " |"]
         print("\n".join(lines))
+        args.title = f"read rate against working set (`--sweep`, round trip {round_trip_ns(3)} ns)"
         _append(Path(args.out), args, lines)
         return 0
     ns = round_trip_ns(args.samples)

@@ -116,7 +116,9 @@ def build_plan(source, target: str = "h100", db: str | None = None, out: str | P
     lib = None  # LLVM: the compiled functions
     if info.kind == "cuda":
         for name in used:
-            cuda = lower_cuda(tvm.IRModule({"main": mod[name].with_attr("global_symbol", "main")}), info)
+            cuda = w.cuda.get(name)  # a database program was lowered once already, when it was checked
+            if cuda is None or cuda.error:
+                cuda = lower_cuda(tvm.IRModule({"main": mod[name].with_attr("global_symbol", "main")}), info)
             if cuda.error:
                 raise TlmError(f"plan: {name}: {cuda.error}")
             sources[name] = cuda.source

@@ -28,14 +28,19 @@ class Walk:
     steps: list[dict[str, Any]]
     outputs: list[int]
     consts: dict[int, Any] = field(repr=False)
-    refused: dict[str, str] = field(default_factory=dict)  # function -> why its record's program did not lower
+    cuda: dict[str, Any] = field(default_factory=dict)  # CUDA: each database program's lowering (CudaProgram)
+
+    @property
+    def refused(self) -> dict[str, str]:
+        """Function -> why its database program did not lower (dlight's schedule runs instead)."""
+        return {name: str(c.error).splitlines()[0][:200] for name, c in self.cuda.items() if c.error}
 
 
-def lower_to_calls(mod, info: TargetInfo, msdb=None, refused: dict[str, str] | None = None) -> tuple[Any, dict[str, str]]:
+def lower_to_calls(mod, info: TargetInfo, msdb=None, lowered: dict[str, Any] | None = None) -> tuple[Any, dict[str, str]]:
     """The prepared Relax module -> `main` as flat call_tir/reshape bindings, every function
     scheduled; and per function how: "db" (a record of `msdb`), "dlight" or "default" (LLVM's).
     CUDA: a record whose program does not lower to CUDA C (an unmeasured budget-0 pick can be
-    one) is set aside for dlight's rules, and why goes into `refused`."""
+    one) is set aside for dlight's rules; each database program's lowering goes into `lowered`."""
     import contextlib
 
     import tvm
@@ -64,11 +69,11 @@ def lower_to_calls(mod, info: TargetInfo, msdb=None, refused: dict[str, str] | N
             for name in sorted(tuned):
                 gv = mod.get_global_var(name)
                 got = lower_cuda(tvm.IRModule({"main": mod[gv].with_attr("global_symbol", "main")}), info)
+                if lowered is not None:
+                    lowered[name] = got
                 if got.error:
                     mod[gv] = pre[pre.get_global_var(name)]  # unscheduled again: dlight's rules below
                     tuned = tuned - {name}
-                    if refused is not None:
-                        refused[name] = str(got.error).splitlines()[0][:200]
         if info.kind == "cuda":
             mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
                                           dl.gpu.GeneralReduction(), dl.gpu.Fallback())(mod)
@@ -233,11 +238,11 @@ def vm_output(mod, w: Walk, exact: dict[str, Any], info: TargetInfo):
 def walked(imported, info: TargetInfo, seed: int, msdb=None):
     """An imported model lowered for `info`, walked, its data marked: (module, how each function
     is scheduled, walk, carried arrays). The GPU plan and its CPU reference both come from here."""
-    refused: dict[str, str] = {}
+    lowered: dict[str, Any] = {}
     with quiet_stderr():  # TVM's warnings (e.g. fast-mode gathers), not ours to show
-        mod, how = lower_to_calls(imported.mod, info, msdb, refused)
+        mod, how = lower_to_calls(imported.mod, info, msdb, lowered)
     w = walk(mod["main"])
-    w.refused = refused
+    w.cuda = lowered
     return mod, how, w, mark_data(w, list(imported.inputs), seed)
 
 

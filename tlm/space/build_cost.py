@@ -82,18 +82,26 @@ def too_slow_to_build(mod, target: TargetInfo, limit: int = ODD_LANES_LIMIT) -> 
     return lanes if lanes > limit else 0
 
 
+def _first_fine(ranked: list, problem: Callable[[Any], Any]) -> tuple[int | None, Any]:
+    """(index of the first of `ranked` whose `problem` is falsy or None when none is, the first problem seen)."""
+    first = None
+    for i, item in enumerate(ranked):
+        got = problem(item)
+        if not got:
+            return i, first
+        first = first or got
+    return None, first
+
+
 def first_buildable(name: str, ranked: list, cost: Callable[[Any], int]) -> list:
     """[the first of `ranked` whose `cost` (`too_slow_to_build`) is 0], or [the first of all] when
     none is; said on stderr (naming task `name`) when it is not the first of `ranked`."""
-    first = 0
-    for i, item in enumerate(ranked):
-        lanes = cost(item)
-        if lanes == 0:
-            if i > 0:
-                print(f"tlm: note: {name}: the model's first choice has {first:,} lanes in odd-width vector "
-                      f"accesses (LLVM would take minutes to build it); its choice #{i + 1} is used", file=sys.stderr)
-            return [item]
-        first = first or lanes
+    i, first = _first_fine(ranked, cost)
+    if i is not None:
+        if i > 0:
+            print(f"tlm: note: {name}: the model's first choice has {first:,} lanes in odd-width vector "
+                  f"accesses (LLVM would take minutes to build it); its choice #{i + 1} is used", file=sys.stderr)
+        return [ranked[i]]
     if ranked:
         print(f"tlm: warning: {name}: each of the model's {len(ranked)} choices has too many lanes in odd-width "
               f"vector accesses (the first {first:,}); LLVM may take minutes to build it", file=sys.stderr)
@@ -103,18 +111,19 @@ def first_buildable(name: str, ranked: list, cost: Callable[[Any], int]) -> list
 def first_lowering(name: str, ranked: list, error_of: Callable[[Any], str | None]) -> list:
     """[the first of `ranked` whose `error_of` (CUDA lowering's error) is None], said in a note when
     it is not the first; [the first of all], with a warning, when none lowers."""
-    why = None
-    for i, item in enumerate(ranked):
+    def error(item) -> str | None:
         try:
             err = error_of(item)
         except TlmError as e:
             err = str(e)
-        if err is None:
-            if i > 0:
-                print(f"tlm: note: {name}: the model's first choice does not lower to CUDA ({why}); "
-                      f"its choice #{i + 1} is used", file=sys.stderr)
-            return [item]
-        why = why or str(err).splitlines()[0][:160]
+        return None if err is None else str(err).splitlines()[0][:160]
+
+    i, why = _first_fine(ranked, error)
+    if i is not None:
+        if i > 0:
+            print(f"tlm: note: {name}: the model's first choice does not lower to CUDA ({why}); "
+                  f"its choice #{i + 1} is used", file=sys.stderr)
+        return [ranked[i]]
     if ranked:
         print(f"tlm: warning: {name}: none of the model's {len(ranked)} choices lowers to CUDA ({why})", file=sys.stderr)
     return ranked[:1]
