@@ -218,6 +218,37 @@ def test_compile_for_a_gpu_writes_a_plan_and_says_it_did_not_run(mlp, tmp_path, 
     assert err.count("\n") == 1 and "not run or checked here" in err and "tlm.measure.cuda_plan" in err
 
 
+def test_on_a_machine_with_the_gpu_the_plan_runs_there(mlp, tmp_path, monkeypatch, capsys):
+    """Where the target's GPU is, `tlm compile --target h100` runs, checks and times the plan there
+    (tlm.measure.cuda_plan.run; stood in for here with made-up results, said so: no GPU ran it),
+    and a wrong output fails the command."""
+    import argparse
+
+    import tlm.measure.cuda_local as local
+    import tlm.measure.cuda_plan as cuda_plan
+    from tlm.compiler.job import _plan_report, tune_and_plan
+    from tlm.graph.extract import extract_from_relax
+    from tlm.graph.target import resolve_target
+
+    h100 = resolve_target("h100")
+    tasks = extract_from_relax(mlp.mod, h100)
+    ran = {"error": None, "device": {"name": "NVIDIA H100 80GB HBM3"}, "checked": True, "wrong": False,
+           "max_abs_diff": 2e-6, "median_ms": 0.05}
+    monkeypatch.setattr(local, "local_gpu", lambda target: None)
+    monkeypatch.setattr(cuda_plan, "run", lambda plan, out, log=None: dict(ran, plan=str(plan)))
+    from tlm.measure.database import open_db
+
+    open_db(str(tmp_path / "db")).close()  # no records: dlight's schedules throughout
+    report = tune_and_plan(mlp, tasks, h100, db=str(tmp_path / "db"), budget=None, output=str(tmp_path / "plan"))
+    assert report["ran"]["median_ms"] == 0.05 and report["not_run"] is None
+    assert _plan_report(report, argparse.Namespace(json=False)) == 0
+    out, err = capsys.readouterr()
+    assert "ran on this GPU (NVIDIA H100 80GB HBM3): 0.050 ms" in out and err == ""
+    ran.update(checked=False, wrong=True, why="NaN where the expected output has none (or the reverse)")
+    with pytest.raises(TlmError, match="failed: NaN"):
+        tune_and_plan(mlp, tasks, h100, db=str(tmp_path / "db"), budget=None, output=str(tmp_path / "plan2"))
+
+
 def test_a_gpu_budget_needs_a_gpu_and_the_python_api_says_plan(mlp):
     """Measuring CUDA programs here is refused in one line before any database is made; the
     callable API has no GPU model to return and says how to get a plan instead."""
@@ -226,7 +257,7 @@ def test_a_gpu_budget_needs_a_gpu_and_the_python_api_says_plan(mlp):
     from tlm.graph.target import resolve_target
     from tlm.search.tune import tune
 
-    with pytest.raises(TlmError, match="needs a GPU"):
+    with pytest.raises(TlmError, match="needs this machine.s NVIDIA GPU"):
         tune(extract_from_relax(mlp.mod, resolve_target("h100")), "tlm", "4g", db="/nonexistent/db", target="h100")
     with pytest.raises(TlmError, match="GPU plan"):
         tlm.compile("bert_tiny", target="h100", db="x")

@@ -89,24 +89,45 @@ def tune_and_plan(imported, tasks, target, *, db: str | None, budget: str | int 
                   progress: bool = False) -> dict[str, Any]:
     """A GPU target: tune (budget 0 needs no GPU), then write the whole-model GPU plan
     (tlm.compiler.gpu_plan) to `output` (default: the run directory's `plan`), the records of
-    `db` applied and TVM's dlight rules for the other tasks. Nothing runs here: TVM's wheel has
-    no CUDA runtime; `python -m tlm.measure.cuda_plan PLAN` runs and checks it on a GPU machine."""
+    `db` applied and TVM's dlight rules for the other tasks; then, on a machine with the target's
+    GPU (tlm.measure.cuda_local.local_gpu), runs, checks and times it there. Elsewhere nothing runs
+    (TVM's wheel has no CUDA runtime): `python -m tlm.measure.cuda_plan PLAN` does it on a GPU machine."""
     from tlm.compiler.gpu_plan import build_plan, summary
 
     t0 = time.perf_counter()
     db, tune_s, earlier = _tune_first(imported, tasks, target, db, budget, model, tune_config, progress)
     out = output or os.path.join(db, "plan")
     plan = build_plan(imported.source, target=target, db=db, out=out, imported=imported, tasks=tasks)
-    return {"source": imported.source, "target": target.config, "card": plan.meta["card"],
-            "budget": None if budget is None else str(budget), "db": db, "plan": os.path.abspath(out),
-            "summary": summary(plan), "schedules": plan.meta["schedules"], "db_tasks": plan.meta["db_tasks"],
-            "files_bytes": plan.meta.get("files_bytes"), "earlier_measurements": earlier, "tune_s": tune_s,
-            "wall_s": round(time.perf_counter() - t0, 1), "run": f"python -m tlm.measure.cuda_plan {out} --out RESULTS"}
+    report = {"source": imported.source, "target": target.config, "card": plan.meta["card"],
+              "budget": None if budget is None else str(budget), "db": db, "plan": os.path.abspath(out),
+              "summary": summary(plan), "schedules": plan.meta["schedules"], "db_tasks": plan.meta["db_tasks"],
+              "files_bytes": plan.meta.get("files_bytes"), "earlier_measurements": earlier, "tune_s": tune_s,
+              "run": f"python -m tlm.measure.cuda_plan {out} --out RESULTS", "ran": None}
+    report["not_run"] = _run_here(report, target, out)
+    report["wall_s"] = round(time.perf_counter() - t0, 1)
+    return report
 
 
-NOT_RUN = ("not run or checked here: this machine has no GPU (and TVM's wheel no CUDA runtime); on a machine "
-           "with an NVIDIA GPU (Python with numpy, CuPy and nvcc; no TVM) `{run}` compiles it, checks the output "
-           "against this CPU's and times it")
+def _run_here(report: dict[str, Any], target, out: str) -> str | None:
+    """Run and check the plan on this machine's GPU (report["ran"]: tlm.measure.cuda_plan's
+    result); or why not, when there is none. A wrong or failed run raises."""
+    from pathlib import Path
+
+    from tlm.measure.cuda_local import local_gpu
+
+    if why := local_gpu(target):
+        return why
+    from tlm.measure.cuda_plan import run
+
+    ran = report["ran"] = run(Path(out), Path(out) / "run", log=lambda *_: None)
+    if ran.get("error") or ran.get("wrong"):
+        raise TlmError(f"the plan ran on this GPU and failed: {ran.get('error') or ran.get('why') or 'wrong output'} "
+                       f"(max abs diff {ran.get('max_abs_diff')}; {Path(out) / 'run'})")
+    return None
+
+
+NOT_RUN = ("not run or checked here ({why}); on a machine with the NVIDIA GPU (Python with numpy, CuPy and nvcc; "
+           "no TVM needed) `{run}` compiles it, checks the output against this CPU's and times it")
 
 
 def _measured_before(db: str, tasks, info) -> int:
@@ -234,7 +255,11 @@ def _plan_report(report: dict[str, Any], args: argparse.Namespace) -> int:
               f"(budget {report['budget']}), {t.get('untuned', 0)} untuned (dlight's rules)")
         print(f"records: {report['db']}")
         print(f"plan: {report['plan']}")
-    print(f"tlm: warning: {NOT_RUN.format(run=report['run'])}", file=sys.stderr)
+        if ran := report.get("ran"):
+            print(f"ran on this GPU ({ran['device']['name']}): {ran['median_ms']:.3f} ms median, output checked against "
+                  f"this CPU's (max abs diff {ran['max_abs_diff']:.3g})")
+    if report.get("not_run"):
+        print(f"tlm: warning: {NOT_RUN.format(run=report['run'], why=report['not_run'])}", file=sys.stderr)
     return 0
 
 

@@ -17,4 +17,5 @@ GPU programs, built here (no GPU) and measured on a machine with one (CuPy + nvc
 - gpu_ingest.py   a run's results -> records under the card -> corpus shards (`tlm gpu ingest`)
 - gpu_cli.py      `tlm gpu bundle|run|ingest` (`plan`: tlm.compiler.gpu_plan registers it)
 - cuda_plan.py    on the GPU machine: a whole-model plan compiled, checked, timed (whole, CUDA graph, per step)
+- cuda_local.py   the CUDA measurer where the GPU is (tuning there): each batch a one-batch bundle, run by cuda_runner
 """

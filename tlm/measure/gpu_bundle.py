@@ -180,9 +180,6 @@ def build_task(job: dict[str, Any]) -> dict[str, Any]:
     task = Task.from_json(job["task"])
     target: TargetInfo = job["target"]
     cfg: BundleConfig = job["config"]
-    out = Path(job["out"])
-    entry: dict[str, Any] = {"hash": task.hash, "name": task.name, "kind": task.kind, "flops": task.flops,
-                             "weight": task.weight, "args": task.args, "seed": cfg.seed}
     start = time.perf_counter()
     try:
         from tlm.space.sampling import task_seed
@@ -193,21 +190,41 @@ def build_task(job: dict[str, Any]) -> dict[str, Any]:
             sampled, stats = sample_programs(task, target, cfg.per_task, task_seed(cfg.seed, task.hash),
                                              cfg.task_seconds, cfg.max_tries_per_program)
             progs = [(*p, "random") for p in sampled]
-        entry.update(stats)
-        ref = dlight_program(task, target)
-        entry["ref_error"] = ref.error
-        check = out / "checks" / f"{task.hash}.npz"
-        entry.update(cpu_check(task, cfg.seed, check))
-        entry["check"] = f"checks/{task.hash}.npz"
     except Exception as err:  # one bad task never stops the bundle
-        entry["error"] = first_line(err)
-        return entry
-    files = []
+        return dict(task_entry(task, cfg.seed), error=first_line(err))
+    return write_entry(task, progs, target, cfg.seed, Path(job["out"]), stats, start)
+
+
+def task_entry(task: Task, seed: int) -> dict[str, Any]:
+    return {"hash": task.hash, "name": task.name, "kind": task.kind, "flops": task.flops,
+            "weight": task.weight, "args": task.args, "seed": seed}
+
+
+def reference_files(task: Task, target: TargetInfo, seed: int, out: Path) -> dict[str, Any]:
+    """The task's reference (dlight's program, its CUDA C under `out`) and CPU check, as entry fields."""
+    ref = dlight_program(task, target)
+    fields: dict[str, Any] = {"ref_error": ref.error}
+    fields.update(cpu_check(task, seed, out / "checks" / f"{task.hash}.npz"))
+    fields["check"] = f"checks/{task.hash}.npz"
     if not ref.error:
         preamble, kernels = split_source(ref.source)
         rel = f"src/{task.hash}-ref.cu.xz"
         _write_xz(out / rel, preamble + rename_kernels(kernels, [k.name for k in ref.kernels], REF_PREFIX))
-        entry["ref"] = {"src": rel, "prefix": REF_PREFIX, **ref.plan()}
+        fields["ref"] = {"src": rel, "prefix": REF_PREFIX, **ref.plan()}
+    return fields
+
+
+def write_entry(task: Task, progs: list[tuple[Any, str | None, CudaProgram, str]], target: TargetInfo, seed: int,
+                out: Path, stats: dict[str, Any], start: float, ref: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A task's manifest entry and files under `out` for its lowered programs (space, sentence,
+    lowered, proposer), its reference and CPU check (`ref`: those fields, made before)."""
+    entry = dict(task_entry(task, seed), **stats)
+    try:
+        entry.update(ref if ref is not None else reference_files(task, target, seed, out))
+    except Exception as err:  # one bad task never stops the bundle
+        entry["error"] = first_line(err)
+        return entry
+    files = []
     entry["candidates"] = []
     for g, (preamble, members) in enumerate(_groups([(s, c) for _, s, c, _ in progs])):
         rel = f"src/{task.hash}-g{g}.cu.xz"

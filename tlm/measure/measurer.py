@@ -123,7 +123,7 @@ class MeasureResult:
         return self.error is None and bool(self.latencies_s)
 
 
-def _short(msg: str, limit: int = 1500) -> str:
+def short_error(msg: str, limit: int = 1500) -> str:
     """Keep the informative tail of TVM's long error texts."""
     msg = str(msg)
     if "WrongResult:" in msg:  # the worker's own message says it all; drop the traceback
@@ -140,6 +140,23 @@ def _place(src: str, dst: str) -> None:
         os.link(src, dst)
     except OSError:
         shutil.copy(src, dst)
+
+
+def prepare(cand: Candidate):
+    """(scheduled IRModule, trace JSON) of a candidate; raises on an invalid trace."""
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.schedule import Trace
+
+    if cand.schedule is not None:
+        return cand.schedule.mod, plain_json(cand.schedule.trace.as_json())
+    if cand.trace is None:
+        raise ValueError("candidate has neither a schedule nor a trace")
+    sch = Schedule(cand.task.mod)
+    if isinstance(cand.trace, Trace):
+        cand.trace.apply_to_schedule(sch, remove_postproc=False)
+    else:
+        Trace.apply_json_to_schedule(cand.trace, sch)
+    return sch.mod, plain_json(sch.trace.as_json())
 
 
 # ---------------------------------------------------------------- the measurer
@@ -219,22 +236,6 @@ class Measurer:
             raise RuntimeError(f"the untuned program ran past {self.config.reference_timeout_s:g} s") from None
         return self._refs[task.hash]
 
-    def _prepare(self, cand: Candidate):
-        """(scheduled IRModule, trace JSON) of a candidate; raises on an invalid trace."""
-        from tvm.s_tir import Schedule
-        from tvm.s_tir.schedule import Trace
-
-        if cand.schedule is not None:
-            return cand.schedule.mod, plain_json(cand.schedule.trace.as_json())
-        if cand.trace is None:
-            raise ValueError("candidate has neither a schedule nor a trace")
-        sch = Schedule(cand.task.mod)
-        if isinstance(cand.trace, Trace):
-            cand.trace.apply_to_schedule(sch, remove_postproc=False)
-        else:
-            Trace.apply_json_to_schedule(cand.trace, sch)
-        return sch.mod, plain_json(sch.trace.as_json())
-
     def measure(self, candidates: list[Candidate], best_s: dict[str, float] | None = None) -> list[MeasureResult]:
         """Build and time a batch; results are in the same order as `candidates`.
 
@@ -256,10 +257,10 @@ class Measurer:
         for cand in candidates:
             res = MeasureResult(cand, trace_json=None)
             try:
-                mod, res.trace_json = self._prepare(cand)
+                mod, res.trace_json = prepare(cand)
                 todo.append((len(results), mod))
             except Exception as err:  # an invalid trace is a failed candidate, not a crash
-                res.error = "ScheduleError: " + _short(err)
+                res.error = "ScheduleError: " + short_error(err)
             results.append(res)
         collect = None
         if todo:
@@ -290,14 +291,14 @@ class Measurer:
         for (i, mod), b in zip(todo, built):
             results[i].build_s = build_s
             if b.error_msg:
-                results[i].error = "BuildError: " + _short(b.error_msg)
+                results[i].error = "BuildError: " + short_error(b.error_msg)
                 continue
             path = str(b.artifact_path)
             dirs.append(os.path.dirname(path))
             try:
                 _place(self.reference(results[i].candidate.task), ref_beside(path))
             except Exception as err:  # no reference: the program cannot be trusted
-                results[i].error = "ReferenceError: " + _short(err)
+                results[i].error = "ReferenceError: " + short_error(err)
                 continue
             run_idx.append(i)
             # The timed function's arguments: packed weights have their packed shapes.
@@ -358,7 +359,7 @@ class Measurer:
             if r.error_msg:
                 msg = str(r.error_msg)
                 kind = "WrongResult: " if "WrongResult:" in msg else "" if msg.startswith("Slow:") else "RunError: "
-                results[i].error = kind + _short(msg)
+                results[i].error = kind + short_error(msg)
             else:
                 secs = [float(x) for x in r.run_secs]
                 results[i].latencies_s = results[i].latencies_s + secs if extend else secs

@@ -1,6 +1,6 @@
 """Search, shared parts: the tuning config, budgets, seeds, and the `Tuner` base class.
 
-A tuner proposes programs for tasks, measures them with `tlm.measure.measurer.Measurer` and
+A tuner proposes programs for tasks, measures them with `tlm.measure.measurer.Measurer` (a GPU's: `tlm.measure.cuda_local`) and
 commits every result to `tlm.measure.database.Database` (proposer = the tuner's name). The
 budget counts measurements (failures included) per task, proposer and target, so re-running
 the same command resumes from what the database holds. The tuners: tlm.search.baselines
@@ -15,7 +15,8 @@ from typing import Any
 
 from tlm.errors import TlmError
 from tlm.graph.tasks import Task
-from tlm.measure.measurer import MeasureConfig, Measurer
+from tlm.measure.cuda_local import measurer_for
+from tlm.measure.measurer import MeasureConfig
 
 
 @dataclass
@@ -86,7 +87,7 @@ class Tuner:
         self.tasks, self.db, self.target, self.config = tasks, db, target, config
         self.budgets = parse_budget(config.budget, len(tasks), allow_zero=self.allow_zero)
         self.progress = progress
-        self.measurer = Measurer(target, config.measure)
+        self.measurer = measurer_for(target, config.measure)  # a CUDA target's: this machine's GPU
         self.measured = 0
 
     def done(self, task: Task) -> int:

@@ -182,10 +182,10 @@ class _Loop(FinetuneProcess):
 
     # ------------------------------------------------------------ measuring
     def _get_measurer(self):
-        from tlm.measure.measurer import Measurer
+        from tlm.measure.cuda_local import measurer_for
 
         if self._measurer is None:
-            self._measurer = Measurer(self.target, self.config.measure)
+            self._measurer = measurer_for(self.target, self.config.measure)
         return self._measurer
 
     def _candidates(self, gen, task, need: int, r: int, have: int) -> tuple[list, int]:

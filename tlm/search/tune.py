@@ -54,12 +54,12 @@ def tune(source: str | list[Task], tuner: str = "metaschedule", budget: str | in
     if not tasks:
         raise TlmError("no tuning tasks found")
     if sum(parse_budget(config.budget, len(tasks), allow_zero)) and info.kind == "cuda":  # bad budgets fail before the database is touched
-        import tvm
+        from tlm.measure.cuda_local import local_gpu
 
-        if not tvm.runtime.enabled("cuda") or not tvm.cuda(0).exist:
-            raise TlmError(f"measuring {info.kind} programs needs a GPU and TVM built with CUDA, which this machine "
-                           "lacks: use --budget 0 (the cost model's pick, nothing measured), or build a bundle here "
-                           "(tlm gpu bundle) and measure it on a GPU machine (bench/gpu_device.sh)")
+        if why := local_gpu(info):
+            raise TlmError(f"measuring {info.kind} programs needs this machine's NVIDIA GPU: {why}. Use --budget 0 "
+                           "(the cost model's pick, nothing measured), or build a bundle here (tlm gpu bundle) and "
+                           "measure it on a GPU machine (bench/gpu_device.sh)")
     if tuner == "tlm" and config.model is None:
         default_model_dir(info)  # a missing model fails before the database is touched
     if tuner == "tlm" and config.cost_model not in ("auto", "none"):
