@@ -12,8 +12,10 @@
 #    resnet_50 and mobilenet_v2 (PLANS_DIR, ~0.6 MiB each);
 # 3. TLM@0 plans of the four (`tlm compile W --target h100 --budget 0`: the shipped GPU TLM's
 #    samples, the shipped GPU cost model's pick, nothing measured; ~0.6 MiB each);
-# 4. the shipped GPU TLM's 32 samples of each held-out task of bert_base and gpt2 (HELDOUT_TLM,
-#    474 distinct programs, ~2 MiB), reported beside MetaSchedule@64 of run-2026-11-27-h100-b.
+# 4. the held-out tasks of bert_base and gpt2 with every contender in one bundle (HELDOUT_ALL, 1,591
+#    programs, ~7 MiB): the shipped GPU TLM's 32 samples per task, MetaSchedule@64's first-round
+#    programs and 10 random ones (tools/gpu_heldout_all.py), so that all are measured on one card in
+#    one call (the lent card may be an H200: same code, other timings).
 # The call (one, ~9 minutes: plans, PyTorch eager in the same call, then the bundle for what is
 # left of BUDGET) carries about 55 MiB with `tools/device_tree.sh drop` (restore after it).
 set -euo pipefail
@@ -22,7 +24,7 @@ TLM=${TLM:-.venv/bin/tlm}
 BUNDLE_C=${BUNDLE_C:-work/gpu2/bundle-c}
 DBS=${DBS:-work/gpu3}
 PLANS_DIR=${PLANS_DIR:-work/gpu3/plans}
-HELDOUT_TLM=${HELDOUT_TLM:-work/gpu3/bundle-heldout-tlm}
+HELDOUT_ALL=${HELDOUT_ALL:-work/gpu3/bundle-heldout-all}
 HELDOUT=results/gpu/bundles/bundle-heldout
 HELDOUT_RUN=results/gpu/run-2026-11-27-h100-b
 SOURCES_C="bert_base-b1-s256 gpt2-b1-s256 bert_medium-b1-s128 bert_large-b1-s128 llama-b1-s128 bert_base-b2-s128
@@ -51,22 +53,24 @@ if [ "${1:-}" != "--print" ]; then
   done
   [ -f "$DBS/heldout-tlm/candidates.jsonl" ] || $TLM gpu-heldout propose --target h100 \
     --model pretrained/tlm-ft-cuda-sm90 --tlm 32 --metaschedule 0 --out "$DBS/heldout-tlm"
-  [ -f "$HELDOUT_TLM/manifest.json.gz" ] || $TLM gpu bundle --target h100 --sources bert_base-b1-s128 gpt2-b1-s128 \
-    --hold-out none --candidates "$DBS/heldout-tlm/candidates.jsonl" --jobs 1 --task-seconds 60 --out "$HELDOUT_TLM"
+  [ -f "$DBS/candidates-all.jsonl" ] || .venv/bin/python tools/gpu_heldout_all.py "$DBS/heldout-tlm/candidates.jsonl" \
+    "$DBS/candidates-all.jsonl"
+  [ -f "$HELDOUT_ALL/manifest.json.gz" ] || $TLM gpu bundle --target h100 --sources bert_base-b1-s128 gpt2-b1-s128 \
+    --hold-out none --candidates "$DBS/candidates-all.jsonl" --jobs 1 --task-seconds 120 --out "$HELDOUT_ALL"
 fi
-du -sh "$BUNDLE_C" "$PLANS_DIR" "$HELDOUT_TLM" 2>/dev/null || true
+du -sh "$BUNDLE_C" "$PLANS_DIR" "$HELDOUT_ALL" 2>/dev/null || true
 cat <<EOF
 Ready. The call (device tool, one command; check \`status\` first, and give_back if no second call follows):
   bash tools/device_tree.sh drop
-  run: command='PLANS="\$(ls -d $PLANS_DIR/*)" PLAN_SECONDS=60 PYTORCH=1 PYTORCH_SECONDS=120 BUDGET=530 bash bench/gpu_device.sh $HELDOUT_TLM:90 $BUNDLE_C:480 2>&1 | grep -v pow_by_natural'
-       carry=["$HELDOUT_TLM", "$BUNDLE_C", "$PLANS_DIR"] timeout_s=600
+  run: command='PLANS="\$(ls -d $PLANS_DIR/*)" PLAN_SECONDS=60 PYTORCH=1 PYTORCH_SECONDS=120 BUDGET=530 bash bench/gpu_device.sh $HELDOUT_ALL:170 $BUNDLE_C:480 2>&1 | grep -v pow_by_natural'
+       carry=["$HELDOUT_ALL", "$BUNDLE_C", "$PLANS_DIR"] timeout_s=600
   bash tools/device_tree.sh restore
-Then, here: copy the call's files to results/gpu/run-<date>-h100-<letter>/, and
+Then, here: copy the call's files to results/gpu/run-<date>-<card>-<letter>/ (the card: status's device;
+the plans and bundles were built for the H100, whose code the H200 shares), and
   python bench/gpu_plans.py results/gpu/run-...            (bench/results/gpu-e2e.md)
-  $TLM gpu ingest $BUNDLE_C results/gpu/run-... --db work/gpu/db --corpus data/corpus
-  $TLM gpu-heldout report $HELDOUT_TLM results/gpu/run-... --proposals $DBS/heldout-tlm \
-    --metaschedule $HELDOUT $HELDOUT_RUN --random results/gpu/bundles/bundle-h results/gpu/run-2026-11-27-h100-a \
-    --cost-model pretrained/costmodel-cuda-sm90 --out bench/results/gpu-heldout-shipped
+  $TLM gpu ingest $BUNDLE_C results/gpu/run-... --db work/gpu/db --corpus data/corpus   (+ --card h200 on an H200)
+  $TLM gpu-heldout report $HELDOUT_ALL results/gpu/run-... --random $HELDOUT_ALL results/gpu/run-... \
+    --proposals $DBS/heldout-tlm --cost-model pretrained/costmodel-cuda-sm90 --out bench/results/gpu-heldout-shipped
   (copy the plans' and bundles' manifests to results/gpu/bundles/ as results/gpu/README.md says)
 A bundle cut short by BUDGET resumes in a second call on the same warm machine (same command).
 EOF
