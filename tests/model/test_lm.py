@@ -92,6 +92,19 @@ def test_pretrain_loss_drops_and_model_loads(trained):
     assert json.loads((out / "train.json").read_text())["config"]["seed"] == 0
     lm = load_model(out)
     assert lm.model.config.vocab_size == len(lm.vocab) == res["vocab"]
+    # loaded with PyTorch's fused tanh GELU: the same function as the saved config's gelu_new
+    import torch
+    from transformers.activations import ACT2FN
+
+    assert lm.model.config.activation_function == "gelu_new"
+    assert all(type(b.mlp.act).__name__ != type(ACT2FN["gelu_new"]).__name__ for b in lm.model.transformer.h)
+    ids = torch.randint(0, len(lm.vocab), (3, 12))
+    with torch.no_grad():
+        fused = lm.model(input_ids=ids).logits
+        for b in lm.model.transformer.h:
+            b.mlp.act = ACT2FN["gelu_new"]
+        plain = lm.model(input_ids=ids).logits
+    assert torch.allclose(fused, plain, atol=1e-5)
 
 
 def test_pretrain_resumes(tmp_path, data):

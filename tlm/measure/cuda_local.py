@@ -115,6 +115,7 @@ class CudaMeasurer:
             where.update({(h, k): i for k, (i, _) in enumerate(progs)})
             entries.append(entry)
         if not entries:
+            shutil.rmtree(bundle, ignore_errors=True)
             return CudaBatch(results, where, None, [])
         import json
 

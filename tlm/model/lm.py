@@ -210,8 +210,22 @@ def load_model(path: str | Path, device: str = "cpu") -> LoadedModel:
         raise TlmError(f"corrupt model in {path}: {first_line(err, last=False)}") from None
     if model.config.vocab_size != len(vocab):
         raise TlmError(f"model {path}: vocabulary size {model.config.vocab_size} != tokenizer's {len(vocab)}")
+    fused_gelu(model)
     model.to(device).eval()
     return LoadedModel(model, vocab, meta, path)
+
+
+def fused_gelu(model) -> None:
+    """GPT-2's tanh GELU (`gelu_new`) as PyTorch's one fused op instead of transformers' seven
+    elementwise ones: the same function (within 3e-7; generation picks the same words), a forward
+    pass of 32 sequences of 40 words ~1.2x faster on 2 cores, and more when other work contends for
+    them (each op is one round of the thread pool). The config keeps `gelu_new`: saved models are
+    unchanged."""
+    from transformers.activations import ACT2FN
+
+    if model.config.activation_function == "gelu_new":
+        for block in model.transformer.h:
+            block.mlp.act = ACT2FN["gelu_pytorch_tanh"]
 
 
 def pad_batch(rows: list[tuple[list[int], list[int]]], pad: int, device: str):
