@@ -271,3 +271,23 @@ def test_cli_generate_and_pretrain(model_dir, tasks, host, tmp_path, monkeypatch
     args = parser.parse_args(["pretrain", "--data", str(tmp_path / "data"), "--preset", "tiny", "--out", str(tmp_path / "m"), "--steps", "2"])
     assert args.func(args) == 0
     assert (tmp_path / "m" / "model.safetensors").is_file()
+
+
+def test_a_cpu_model_generates_on_one_torch_thread():
+    """Generation's many small ops run on one PyTorch thread (tlm.model.generate.one_thread), and
+    the caller's thread count comes back after."""
+    import torch
+
+    from tlm.model.generate import one_thread
+
+    class Model:
+        device = torch.device("cpu")
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with one_thread(Model()):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
