@@ -126,7 +126,7 @@ def _run_here(report: dict[str, Any], target, out: str) -> str | None:
     return None
 
 
-NOT_RUN = ("not run or checked here ({why}); on a machine with the NVIDIA GPU (Python with numpy, CuPy and nvcc; "
+NOT_RUN = ("not run or checked here, {why}; on a machine with the NVIDIA GPU (Python with numpy, CuPy and nvcc; "
            "no TVM needed) `{run}` compiles it, checks the output against this CPU's and times it")
 
 

@@ -33,7 +33,7 @@ def local_gpu(target: TargetInfo) -> str | None:
 
         count = cp.cuda.runtime.getDeviceCount()
     except Exception as err:  # noqa: BLE001 - no CuPy, no driver, no device: all say the same
-        return f"no usable CuPy and NVIDIA driver ({first_line(err)}; pip install -e '.[gpu]')"
+        return f"no usable CuPy with an NVIDIA driver: {first_line(err)} (pip install -e '.[gpu]')"
     if count == 0:
         return "no NVIDIA GPU"
     from tlm.measure.nvcc import find_toolkit
