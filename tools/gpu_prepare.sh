@@ -62,7 +62,7 @@ du -sh "$BUNDLE_C" "$PLANS_DIR" "$HELDOUT_ALL" 2>/dev/null || true
 cat <<EOF
 Ready. The call (device tool, one command; check \`status\` first, and give_back if no second call follows):
   bash tools/device_tree.sh drop
-  run: command='PLANS="\$(ls -d $PLANS_DIR/*)" PLAN_SECONDS=60 PYTORCH=1 PYTORCH_SECONDS=120 BUDGET=530 bash bench/gpu_device.sh $HELDOUT_ALL:170 $BUNDLE_C:480 2>&1 | grep -v pow_by_natural'
+  run: command='PLANS="\$(ls -d $PLANS_DIR/*)" PLAN_SECONDS=60 PYTORCH=1 PYTORCH_SECONDS=120 BUDGET=560 bash bench/gpu_device.sh $HELDOUT_ALL:240 $BUNDLE_C:480 2>&1 | grep -v pow_by_natural'
        carry=["$HELDOUT_ALL", "$BUNDLE_C", "$PLANS_DIR"] timeout_s=600
   bash tools/device_tree.sh restore
 Then, here: copy the call's files to results/gpu/run-<date>-<card>-<letter>/ (the card: status's device;
