@@ -11,6 +11,7 @@ events. A kernel that faults or hangs costs only its own result. Needs CuPy, the
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -56,7 +57,6 @@ class CudaBatch:
     results: list[MeasureResult]  # schedule and lowering errors already filled in
     where: dict[tuple[str, int], int]  # (task hash, program id in the bundle) -> index into results
     bundle: Path | None  # None: nothing to run
-    tasks: list[Any]
 
 
 class CudaMeasurer:
@@ -116,13 +116,11 @@ class CudaMeasurer:
             entries.append(entry)
         if not entries:
             shutil.rmtree(bundle, ignore_errors=True)
-            return CudaBatch(results, where, None, [])
-        import json
-
+            return CudaBatch(results, where, None)
         for e in entries:
             (bundle / "tasks" / f"{e['hash']}.json").write_text(json.dumps(e))
         write_manifest(bundle, [e["hash"] for e in entries], self.target)
-        return CudaBatch(results, where, bundle, [t for t, _ in by_task.values()])
+        return CudaBatch(results, where, bundle)
 
     def finish(self, batch: CudaBatch, best_s: dict[str, float] | None = None) -> list[MeasureResult]:
         """Compile (nvcc), check and time the batch's programs on the GPU (`best_s` is unused:
