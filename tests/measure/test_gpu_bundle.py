@@ -314,3 +314,16 @@ def test_pretraining_reads_a_bundles_programs(bundle):
     sentences, meta = read_corpus([out])
     assert sorted(sentences) == sorted(c["sentence"] for e in manifest["tasks"] for c in e["candidates"])
     assert meta["target"]["model"] == "h200" and [t["target"]["model"] for t in meta["targets"]] == ["h200"]
+
+
+def test_a_task_of_many_programs_compiles_in_several_files():
+    """Programs share a file by preamble, FILE_PROGRAMS at most, so that the GPU machine's cores
+    share a task of a hundred programs (made-up sources: only the grouping is tested)."""
+    from tlm.measure.cuda_build import CudaProgram
+    from tlm.measure.gpu_bundle import FILE_PROGRAMS, _groups
+
+    progs = [("s", CudaProgram(source=("pre A\n" if k % 3 else "pre B\n") + "body")) for k in range(40)]
+    groups = _groups(progs)
+    assert sorted(k for _, ks in groups for k in ks) == list(range(40))
+    assert all(len(ks) <= FILE_PROGRAMS for _, ks in groups) and len(groups) == 3  # 14 B, 26 A
+    assert all(len({("pre A" if k % 3 else "pre B") for k in ks}) == 1 for _, ks in groups)

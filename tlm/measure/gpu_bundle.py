@@ -164,12 +164,17 @@ def _write_xz(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+FILE_PROGRAMS = 16  # programs per source file at most: nvcc takes ~0.7 s a program, one file per core
+
+
 def _groups(programs: list[tuple[str, CudaProgram]]) -> list[tuple[str, list[int]]]:
-    """Programs by preamble (TVM adds helpers, e.g. cp.async, to some programs' preambles)."""
+    """Programs by preamble (TVM adds helpers, e.g. cp.async, to some programs' preambles), in
+    files of FILE_PROGRAMS at most: a task of a hundred programs in one file was a 2-minute nvcc
+    run that the GPU machine's other cores could not share."""
     by: dict[str, list[int]] = {}
     for k, (_, cuda) in enumerate(programs):
         by.setdefault(split_source(cuda.source)[0], []).append(k)
-    return list(by.items())
+    return [(pre, ks[i:i + FILE_PROGRAMS]) for pre, ks in by.items() for i in range(0, len(ks), FILE_PROGRAMS)]
 
 
 def build_task(job: dict[str, Any]) -> dict[str, Any]:
