@@ -82,30 +82,32 @@ def too_slow_to_build(mod, target: TargetInfo, limit: int = ODD_LANES_LIMIT) -> 
     return lanes if lanes > limit else 0
 
 
-def _first_fine(ranked: list, problem: Callable[[Any], Any]) -> tuple[int | None, Any]:
-    """(index of the first of `ranked` whose `problem` is falsy or None when none is, the first problem seen)."""
+def _first_fine(name: str, ranked: list, problem: Callable[[Any], Any], note: Callable[[Any, int], str],
+                warning: Callable[[Any], str]) -> list:
+    """[the first of `ranked` whose `problem` is falsy], with `note(first problem, its choice
+    number)` on stderr when it is not the first; else [the first of all] with `warning(first
+    problem)` (nothing for an empty `ranked`)."""
     first = None
     for i, item in enumerate(ranked):
         got = problem(item)
         if not got:
-            return i, first
+            if i > 0:
+                print(f"tlm: note: {name}: {note(first, i + 1)}", file=sys.stderr)
+            return [item]
         first = first or got
-    return None, first
+    if ranked:
+        print(f"tlm: warning: {name}: {warning(first)}", file=sys.stderr)
+    return ranked[:1]
 
 
 def first_buildable(name: str, ranked: list, cost: Callable[[Any], int]) -> list:
     """[the first of `ranked` whose `cost` (`too_slow_to_build`) is 0], or [the first of all] when
     none is; said on stderr (naming task `name`) when it is not the first of `ranked`."""
-    i, first = _first_fine(ranked, cost)
-    if i is not None:
-        if i > 0:
-            print(f"tlm: note: {name}: the model's first choice has {first:,} lanes in odd-width vector "
-                  f"accesses (LLVM would take minutes to build it); its choice #{i + 1} is used", file=sys.stderr)
-        return [ranked[i]]
-    if ranked:
-        print(f"tlm: warning: {name}: each of the model's {len(ranked)} choices has too many lanes in odd-width "
-              f"vector accesses (the first {first:,}); LLVM may take minutes to build it", file=sys.stderr)
-    return ranked[:1]
+    return _first_fine(name, ranked, cost,
+                       lambda lanes, k: (f"the model's first choice has {lanes:,} lanes in odd-width vector accesses "
+                                         f"(LLVM would take minutes to build it); its choice #{k} is used"),
+                       lambda lanes: (f"each of the model's {len(ranked)} choices has too many lanes in odd-width "
+                                      f"vector accesses (the first {lanes:,}); LLVM may take minutes to build it"))
 
 
 def first_lowering(name: str, ranked: list, error_of: Callable[[Any], str | None]) -> list:
@@ -118,12 +120,6 @@ def first_lowering(name: str, ranked: list, error_of: Callable[[Any], str | None
             err = str(e)
         return None if err is None else str(err).splitlines()[0][:160]
 
-    i, why = _first_fine(ranked, error)
-    if i is not None:
-        if i > 0:
-            print(f"tlm: note: {name}: the model's first choice does not lower to CUDA ({why}); "
-                  f"its choice #{i + 1} is used", file=sys.stderr)
-        return [ranked[i]]
-    if ranked:
-        print(f"tlm: warning: {name}: none of the model's {len(ranked)} choices lowers to CUDA ({why})", file=sys.stderr)
-    return ranked[:1]
+    return _first_fine(name, ranked, error,
+                       lambda why, k: f"the model's first choice does not lower to CUDA ({why}); its choice #{k} is used",
+                       lambda why: f"none of the model's {len(ranked)} choices lowers to CUDA ({why})")
