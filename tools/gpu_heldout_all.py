@@ -10,7 +10,7 @@ import sys
 from tlm.graph.target import resolve_target
 from tlm.measure.cuda_measure import read_manifest
 from tlm.measure.gpu_bundle import read_tasks
-from tlm.space.language import prompt_tokens
+from tlm.space.language import reprompt
 
 h100, h200 = resolve_target("h100"), resolve_target("h200")
 out = []
@@ -24,10 +24,8 @@ held = {e["hash"] for e in ms["tasks"]}
 for e in rm["tasks"]:
     if e["hash"] not in held:
         continue
-    task = rt[e["hash"]]
-    n, prompt = len(prompt_tokens(task, h200)), prompt_tokens(task, h100)
     for c in e["candidates"]:
-        out.append({"task": e["hash"], "proposer": "random", "sentence": " ".join([*prompt, *c["sentence"].split()[n:]])})
+        out.append({"task": e["hash"], "proposer": "random", "sentence": reprompt(c["sentence"], rt[e["hash"]], h200, h100)})
 out += [json.loads(line) for line in open(sys.argv[1])]
 with open(sys.argv[2], "w") as f:
     for r in out:

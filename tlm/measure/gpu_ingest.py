@@ -79,7 +79,7 @@ def ingest_results(bundle: str | Path, results: str | Path, db_dir: str, corpus:
     config = manifest["target"]
     if card:
         from tlm.graph.target import resolve_target
-        from tlm.space.language import prompt_tokens
+        from tlm.space.language import reprompt
 
         built, measured = resolve_target(manifest["target"]), resolve_target(card)
         config = measured.config
@@ -98,17 +98,13 @@ def ingest_results(bundle: str | Path, results: str | Path, db_dir: str, corpus:
     digest = hashlib.sha256(text + (proposer or "").encode()).hexdigest()[:16]
     lines = [r for r in read_lines(res_file) if r.get("k") != "ref"]
     out: list = []
-    prompts: dict[str, tuple[int, str]] = {}
     for r in lines:
         task = tasks.get(r["t"])
         sentence, by = sentences.get((r["t"], r["k"]), (None, None))
         if task is None or sentence is None or (proposer and by != proposer):
             continue
         if card:  # the prompt names the card measured on (the decisions are the same programs)
-            if r["t"] not in prompts:  # once per task: (words of the bundle's prompt, the card's prompt)
-                prompts[r["t"]] = (len(prompt_tokens(task, built)), " ".join(prompt_tokens(task, measured)))
-            n, prompt = prompts[r["t"]]
-            sentence = " ".join([prompt, *sentence.split()[n:]])
+            sentence = reprompt(sentence, task, built, measured)
         cand = Candidate(task, proposer=by, sentence=sentence)
         out.append(MeasureResult(cand, None, [float(x) for x in r.get("lat") or []], r.get("err")))
     with open_db(db_dir) as db:

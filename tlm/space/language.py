@@ -111,6 +111,12 @@ def prompt_tokens(task: Task, target: TargetInfo) -> list[str]:
     return words + hardware_tokens(target)
 
 
+def reprompt(sentence: str, task: Task, built: TargetInfo, target: TargetInfo) -> str:
+    """A sentence of `built`'s program with `target`'s prompt: the same decisions, the card's words
+    swapped (two cards that generate the same code, say the H200 and the H100)."""
+    return " ".join([*prompt_tokens(task, target), *sentence.split()[len(prompt_tokens(task, built)):]])
+
+
 def hardware_tokens(target: TargetInfo) -> list[str]:
     """The target's words; they depend on its config only (LLVM's tables for the mcpu, never
     the machine this runs on), so a JSON target gives the same words everywhere."""
