@@ -105,6 +105,19 @@ def test_nothing_to_learn_is_a_one_line_error(tmp_path):
         CostModel().predict(np.zeros((1, 329), "float32"))
 
 
+def test_order_counts_each_programs_gain_on_the_threads(monkeypatch):
+    """`gains` (speedup on the model's threads) move a program whose predicted one-thread latency
+    is a little worse ahead (the booster's scores are stood in for: -log latency up to a constant)."""
+    from tlm.search.costmodel import CostModel
+
+    cm = CostModel()
+    monkeypatch.setattr(cm, "predict", lambda x, target=None: np.array([0.0, -0.1, -1.0]))
+    x = np.zeros((3, 4), "float32")
+    assert cm.order(x) == [0, 1, 2]
+    assert cm.order(x, gains=[1.0, 2.0, 2.0]) == [1, 0, 2]  # e^0.1 < 2 < e^1
+    assert cm.order(x, gains=[1.0, 1.0, 1.0]) == [0, 1, 2]
+
+
 @pytest.fixture(scope="module")
 def cm_dir(measured, tasks, host, tmp_path_factory):
     """A real cost model (20 trees) trained on the measured random programs."""

@@ -212,8 +212,10 @@ def compile_database(database, tasks, target) -> tuple[Any, list[dict[str, Any]]
 
     The MetaSchedule view holds each task's fastest measured record for `target`, plus the
     unmeasured greedy program (tlm-greedy) of tasks that have no measured record. Rows:
-    name, hash, weight, measured (records with a latency or an error), best_us, status
-    ("tuned", "greedy" or "untuned").
+    name, hash, weight, measured (records with a latency or an error), best_us (the applied
+    record's one-thread median), status ("tuned", "greedy" or "untuned"), for_threads (the
+    applied record is not the one-thread best: the best has no parallel loop to use the target's
+    cores, `Database.fastest_on`).
     """
     from tvm.s_tir import Schedule
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
@@ -224,11 +226,14 @@ def compile_database(database, tasks, target) -> tuple[Any, list[dict[str, Any]]
     from tlm.measure.database import GREEDY
 
     info = resolve_target(target)
-    msdb = database.to_metaschedule(info)
+    # Records are timed on one thread; the model runs on the target's cores, where a record
+    # without a parallel loop runs on one (Database.fastest_on, tlm.space.threads).
+    threads = info.cores if info.kind == "llvm" else 1
+    msdb = database.to_metaschedule(info, threads=threads)
     tvm_target = info.tvm()
     rows = []
     for t in tasks:
-        rec = database.compile_record(t.hash, info.key)
+        rec = database.compile_record(t.hash, info.key, threads)
         best = rec if rec is not None and rec.proposer != GREEDY else None
         if best is not None and database.trace_of(best, t) is None:  # never silently TVM's default
             best = rec = None
@@ -244,8 +249,11 @@ def compile_database(database, tasks, target) -> tuple[Any, list[dict[str, Any]]
                 status = "greedy"
             except Exception:  # a trace that no longer replays: the default schedule it is
                 pass
+        one_thread = database.best(t.hash, info.key) if best else None
         rows.append({"name": t.name, "hash": t.hash, "weight": t.weight, "measured": measured,
-                     "best_us": best.median_s * 1e6 if best else None, "status": status})
+                     "best_us": best.median_s * 1e6 if best else None, "status": status,
+                     # the one-thread best skipped for a record with a parallel loop
+                     "for_threads": bool(best and one_thread and one_thread.id != best.id)})
     return msdb, rows
 
 

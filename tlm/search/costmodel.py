@@ -215,9 +215,13 @@ class CostModel:
         data = xgb.DMatrix(self._rows(x[ok]), label=labels(list(lat[ok]), self.config.clip))
         return CostModel(self.config, xgb.train(self._params(), data, trees, xgb_model=self.booster), self.target)
 
-    def order(self, x: np.ndarray, target=None) -> list[int]:
-        """Row indices of features `x`, predicted fastest first (ties: the earlier row first)."""
+    def order(self, x: np.ndarray, target=None, gains: list[float] | None = None) -> list[int]:
+        """Row indices of features `x`, predicted fastest first (ties: the earlier row first).
+        `gains`: each program's speedup on the threads it will run on over the one thread the
+        labels were timed on (tlm.space.threads); the score is -log(latency) up to a constant."""
         score = self.predict(x, target)
+        if gains is not None:
+            score = score + np.log(np.asarray(gains, dtype="float64"))
         return sorted(range(len(score)), key=lambda i: (-score[i], i))
 
     def rank(self, task: Task, schedules: list, target) -> list[int]:

@@ -1,8 +1,7 @@
 """The TLM tuner: `tlm tune SOURCE --tuner tlm --budget B|Kg [--model DIR]`.
 
-The language model proposes programs (constrained generation: every proposal is a valid program
-of the design space); they go through the same `Measurer` into the same `Database` as the
-baselines, with proposer "tlm", the scheduling round and the sentence stored.
+The language model proposes valid programs of the design space; they go through the same
+`Measurer` into the same `Database` as the baselines (proposer "tlm", round and sentence stored).
 
 How the budget is spent (it is a total over the tasks: `B`, or `K x tasks` for `Kg`):
 1. every task first gets the model's first choice (`TuneConfig.pick`: by default the cost
@@ -13,20 +12,17 @@ How the budget is spent (it is a total over the tasks: `B`, or `K x tasks` for `
    the model's time; a task without a valid program yet ranks with the slowest known latency)
    and gives the top ones `round_size` new samples each, one measurement batch per round.
 With a cost model (`TuneConfig.cost_model`: by default the shipped one for the target,
-tlm.search.costmodel; none for a CPU kind or arch it has not learned), the n programs a task gets
-are the n it ranks first among `cm_pool` x n samples; the others are not measured. Once two of a
-task's ranked programs are measured, the ranking uses the cost model boosted on them
-(`TuneConfig.cm_adapt_trees` more trees, refit as measurements come in): what it learns of
-this task on this CPU steers the later rounds.
-A task whose space is exhausted (the generator returns no program that was not measured yet)
-drops out. Sentences (and traces) already in the database for the task and target are never
-measured again, and the budget counts what the database already holds with proposer "tlm", so
-re-running the same command resumes.
+tlm.search.costmodel; none for a CPU it has not learned), a task's n programs are the n it ranks
+first among `cm_pool` x n samples. Once two of them are measured, the ranking uses the cost model
+boosted on them (`TuneConfig.cm_adapt_trees` more trees): what it learns of the task on this CPU
+steers the later rounds.
+The cost model's ranking counts each program's parallel loops on the target's cores (it learned
+one-thread latencies; tlm.space.threads). A task whose space is exhausted drops out. Programs in
+the database are never measured again and the budget counts what it holds: a rerun resumes.
 
 `--budget 0` measures nothing: each task gets the model's first choice, stored as an unmeasured
-record with proposer "tlm-greedy" (the name predates the log-prob pick; no latency, so
-`Database.best()` ignores it); the database's `compile_record` gives it to `tlm compile` only for
-a task that has no measured record.
+record with proposer "tlm-greedy" (no latency, so `Database.best()` ignores it), which
+`tlm compile` applies only to a task that has no measured record.
 
 No task is left on TVM's naive default: when the model proposes no valid program for a task
 (every try of a generation fails, e.g. a word it lacks), the tuner says so in a one-line
@@ -117,7 +113,11 @@ class TlmTuner(Tuner):
             rows = self._features.setdefault(task.hash, {})
             for sch, row in zip(schs, x):
                 rows[json.dumps(plain_json(sch.trace.as_json()))] = row
-        return [ok[i] for i in self._task_model(task).order(x)] + bad
+        gains = None  # timed on one thread, a compiled model runs on all the cores (tlm.space.threads)
+        if self.target.kind == "llvm" and self.target.cores > 1:
+            from tlm.space.threads import speedup
+            gains = [speedup(sch.mod, self.target.cores) for sch in schs]
+        return [ok[i] for i in self._task_model(task).order(x, gains=gains)] + bad
 
     def _task_model(self, task: Task):
         """The cost model boosted on the task's programs measured in this run (TuneConfig.cm_adapt_trees;

@@ -1,0 +1,75 @@
+"""A program's speedup on a model's threads (tlm.space.threads) and the compile pick that uses it
+(Database.fastest_on): exact on hand-made schedules of a tiny matmul; the loop rule property-tested."""
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tlm.space.threads import loop_speedup
+
+
+@given(st.integers(1, 10_000), st.integers(1, 64))
+def test_loop_speedup_bounds(extent, threads):
+    s = loop_speedup(extent, threads)
+    assert 1.0 <= s <= min(extent, threads) + 1e-9
+    assert s == pytest.approx(extent / math.ceil(extent / threads))
+    if extent % threads == 0:
+        assert s == pytest.approx(threads)
+
+
+def test_loop_speedup_cases():
+    assert loop_speedup(7, 2) == pytest.approx(1.75)  # 4 chunks on one thread, 3 on the other
+    assert loop_speedup(1, 8) == 1.0
+    assert loop_speedup(100, 1) == 1.0
+
+
+def _schedule(task, parallel: int | None):
+    """The matmul with its outer loop split by `parallel` and that part run in parallel, or serial (None)."""
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(task.mod)
+    block = sch.get_sblock("C")
+    i, _j, _k = sch.get_loops(block)
+    if parallel:
+        outer, _ = sch.split(i, [parallel, None])
+        sch.parallel(outer)
+    return sch
+
+
+@pytest.mark.tvm
+def test_speedup_of_schedules():
+    from workloads_tir import matmul
+
+    from tlm.space.threads import speedup
+
+    task = matmul(32)
+    assert speedup(_schedule(task, None).mod, 2) == 1.0
+    assert speedup(_schedule(task, 8).mod, 2) == pytest.approx(2.0)
+    assert speedup(_schedule(task, 8).mod, 1) == 1.0
+    assert speedup(_schedule(task, 2).mod, 4) == pytest.approx(2.0)
+    # a parallel loop of 4 on 3 threads: two rounds of chunks, 4 / 2
+    assert speedup(_schedule(task, 4).mod, 3) == pytest.approx(2.0)
+
+
+@pytest.mark.tvm
+def test_fastest_on_prefers_a_parallel_record(tmp_path, host):
+    from workloads_tir import matmul
+
+    from tlm.measure.database import open_db
+    from tlm.space.design import plain_json
+
+    task = matmul(32)
+    with open_db(str(tmp_path / "db")) as db:
+        serial = db.add_record(task, host.key, plain_json(_schedule(task, None).trace.as_json()), [1.0e-5])
+        par = db.add_record(task, host.key, plain_json(_schedule(task, 8).trace.as_json()), [1.2e-5])
+        db.add_record(task, host.key, plain_json(_schedule(task, 8).trace.as_json()), [3.0e-5])  # can't overtake
+        assert db.best(task.hash, host.key).id == serial
+        assert db.fastest_on(task.hash, host.key, 1).id == serial
+        assert db.fastest_on(task.hash, host.key, 2).id == par
+        assert db.compile_record(task.hash, host.key, 2).id == par
+        assert db.compile_record(task.hash, host.key).id == serial  # one thread: the measured best
+        # a record added later is seen (the picks are cached until records are added)
+        new = db.add_record(task, host.key, plain_json(_schedule(task, 16).trace.as_json()), [0.9e-5])
+        assert db.fastest_on(task.hash, host.key, 2).id == new

@@ -1,0 +1,107 @@
+"""How much faster a CPU program runs on a model's threads than on the one thread it was timed on.
+
+Every CPU program is timed on one TVM thread (`tlm.measure.MeasureConfig.threads`, how the corpus
+was measured), but a compiled model runs its kernels on all the host's cores. A program's
+parallel loop decides what it gains there: MetaSchedule's tiling may leave the outer spatial
+loops at extent 1 (no parallel loop at all), and such a program, timed alone on one thread, can
+be the fastest record of its task and then run on one core in the model. On znver4 (2 cores)
+this was mobilenet_v2's classifier (1x1280 @ 1280x1000, 0.22 ms in the model against ONNX
+Runtime's 0.13) and 960->160 convolutions, and a 1x1 convolution of resnet_50 (2.5 ms serial
+where a record 3% slower on one thread has a parallel loop of 7).
+
+`speedup(mod, threads)` estimates the gain from the loops alone: each store's executions
+(product of its enclosing loops' extents) over a parallel loop of extent e run in
+ceil(e / threads) / e of the time; the program's speedup is the work-weighted harmonic mean.
+It assumes compute-bound scaling, which the measured picks of bench/results/parallel_pick.md
+check against whole models.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+# Stores of blocks that MetaSchedule's layout rewriting runs once at compile time (the packed
+# weights, folded into constants) are no work of a call.
+_PREPROC = "meta_schedule.layout_rewrite_preproc"
+
+
+def loop_speedup(extent: int, threads: int) -> float:
+    """A parallel loop of `extent` iterations on `threads` threads (static chunks): extent /
+    ceil(extent / threads); 1.0 for a serial loop or one thread."""
+    if threads <= 1 or extent <= 1:
+        return 1.0
+    return extent / math.ceil(extent / threads)
+
+
+def _extent(loop) -> int:
+    from tvm import tirx
+
+    return int(loop.extent.value) if isinstance(loop.extent, tirx.expr.IntImm) else 1
+
+
+def _stores(stmt, iters: int, par: int, out: list[tuple[int, int]]) -> None:
+    """Append (executions, parallel extent around it) for every BufferStore under `stmt`."""
+    from tvm import s_tir, tirx
+
+    if stmt is None:
+        return
+    if isinstance(stmt, tirx.stmt.BufferStore):
+        out.append((iters, par))
+    elif isinstance(stmt, tirx.stmt.For):
+        n = _extent(stmt)
+        _stores(stmt.body, iters * n, par * n if stmt.kind == tirx.stmt.ForKind.PARALLEL else par, out)
+    elif isinstance(stmt, tirx.stmt.SeqStmt):
+        for s in stmt.seq:
+            _stores(s, iters, par, out)
+    elif isinstance(stmt, s_tir.stmt.SBlockRealize):
+        _stores(stmt.block, iters, par, out)
+    elif isinstance(stmt, s_tir.stmt.SBlock):
+        if _PREPROC in stmt.annotations:
+            return
+        _stores(stmt.init, iters, par, out)
+        _stores(stmt.body, iters, par, out)
+    elif isinstance(stmt, tirx.stmt.IfThenElse):
+        _stores(stmt.then_case, iters, par, out)
+        _stores(stmt.else_case, iters, par, out)
+    else:  # attributes, buffer declarations, bindings: what matters is inside
+        _stores(getattr(stmt, "body", None), iters, par, out)
+
+
+def speedup(mod: Any, threads: int) -> float:
+    """Estimated time on one thread over time on `threads` threads of a scheduled IRModule (its
+    PrimFuncs' stores, work-weighted); 1.0 when nothing runs in parallel or threads <= 1."""
+    from tvm import tirx
+
+    if threads <= 1:
+        return 1.0
+    stores: list[tuple[int, int]] = []
+    for func in mod.functions.values():
+        if isinstance(func, tirx.PrimFunc):
+            _stores(func.body, 1, 1, stores)
+    work = sum(n for n, _ in stores)
+    if work == 0:
+        return 1.0
+    return work / sum(n / loop_speedup(p, threads) for n, p in stores)
+
+
+def fastest(mod: Any, candidates: list[tuple[float, Any]], threads: int) -> int:
+    """Index of the candidate (one-thread seconds, trace JSON of a schedule of `mod`) estimated
+    fastest on `threads` threads: seconds / `speedup`; a trace that no longer replays keeps its
+    one-thread time. Ties go to the earlier candidate (callers list them fastest first)."""
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.schedule import Trace
+
+    best, best_s = 0, math.inf
+    for i, (seconds, trace) in enumerate(candidates):
+        gain = 1.0
+        if trace is not None:
+            try:
+                sch = Schedule(mod)
+                Trace.apply_json_to_schedule(trace, sch)
+                gain = speedup(sch.mod, threads)
+            except Exception:  # noqa: BLE001 - a trace of another space version: timed as it is
+                pass
+        if seconds / gain < best_s:
+            best, best_s = i, seconds / gain
+    return best
