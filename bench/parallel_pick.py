@@ -68,7 +68,7 @@ def whole(workload: str, db: str | None, rounds: int, out_dir: Path) -> dict:
         where = db or str(out_dir / f"{workload}-b0-{name}")
         budget = None if db else "0"
         with one_thread_picks() if name == "one-thread" else contextlib.nullcontext():
-            models[name] = _compile(workload, where, budget, out_dir / f"{workload}-{name}.so")
+            models[name] = _compile(workload, where, budget, out_dir / f"{workload}-{'b0' if budget else 'db'}-{name}.so")
     changed = sorted(r["name"] for r in models["threads"].task_rows if r.get("for_threads"))
     dev = tvm.cpu()
     args = [tvm.runtime.tensor(np.ascontiguousarray(x), dev) for x in import_source(workload).inputs]

@@ -54,6 +54,20 @@ def test_speedup_of_schedules():
 
 
 @pytest.mark.tvm
+def test_coarse_speedup_demotes_only_poorly_parallel_programs():
+    from workloads_tir import matmul
+
+    from tlm.space.threads import coarse_speedup
+
+    task = matmul(32)
+    assert coarse_speedup(_schedule(task, None).mod, 2) == 1.0
+    assert coarse_speedup(_schedule(task, 8).mod, 2) == 2.0
+    assert coarse_speedup(_schedule(task, 8).mod, 3) == 3.0  # 8 / 3 >= 3/4 of 3: full
+    assert coarse_speedup(_schedule(task, 4).mod, 3) == pytest.approx(2.0)  # 4 / 2 < 3/4 of 3
+    assert coarse_speedup(_schedule(task, 2).mod, 8) == pytest.approx(2.0)  # far from 8
+
+
+@pytest.mark.tvm
 def test_fastest_on_prefers_a_parallel_record(tmp_path, host):
     from workloads_tir import matmul
 

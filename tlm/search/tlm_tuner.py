@@ -115,8 +115,8 @@ class TlmTuner(Tuner):
                 rows[json.dumps(plain_json(sch.trace.as_json()))] = row
         gains = None  # timed on one thread, a compiled model runs on all the cores (tlm.space.threads)
         if self.target.kind == "llvm" and self.target.cores > 1:
-            from tlm.space.threads import speedup
-            gains = [speedup(sch.mod, self.target.cores) for sch in schs]
+            from tlm.space.threads import coarse_speedup
+            gains = [coarse_speedup(sch.mod, self.target.cores) for sch in schs]
         return [ok[i] for i in self._task_model(task).order(x, gains=gains)] + bad
 
     def _task_model(self, task: Task):

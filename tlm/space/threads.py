@@ -13,7 +13,9 @@ where a record 3% slower on one thread has a parallel loop of 7).
 (product of its enclosing loops' extents) over a parallel loop of extent e run in
 ceil(e / threads) / e of the time; the program's speedup is the work-weighted harmonic mean.
 It assumes compute-bound scaling, which the measured picks of bench/results/parallel_pick.md
-check against whole models.
+check against whole models. A compile applies it to measured one-thread latencies
+(`Database.fastest_on`); the TLM tuner's cost-model ranking uses `coarse_speedup`, which only
+demotes programs far from using every thread (its predictions are too rough for the rest).
 """
 
 from __future__ import annotations
@@ -105,3 +107,13 @@ def fastest(mod: Any, candidates: list[tuple[float, Any]], threads: int) -> int:
         if seconds / gain < best_s:
             best, best_s = i, seconds / gain
     return best
+
+
+def coarse_speedup(mod: Any, threads: int) -> float:
+    """`speedup` for ranking predicted latencies: a program within 3/4 of full use of the threads
+    counts as full. The cost model's errors are larger than the gap between two well-parallel
+    programs (a loop of 7 against 8 on 2 threads, 1.75 against 2): on znver4 at budget 0, ranking
+    by the exact gain swapped such programs for ones up to 7x slower (resnet_50 0.99x end to end,
+    bench/results/parallel_pick.md), while demoting serial programs only is what gains."""
+    gain = speedup(mod, threads)
+    return float(threads) if gain >= 0.75 * threads else gain
