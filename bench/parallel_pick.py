@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -67,6 +68,8 @@ def whole(workload: str, db: str | None, rounds: int, out_dir: Path) -> dict:
     for name in ("one-thread", "threads"):
         where = db or str(out_dir / f"{workload}-b0-{name}")
         budget = None if db else "0"
+        if budget and Path(where).exists():  # this script's own scratch: budget 0 would resume the old picks
+            shutil.rmtree(where)
         with one_thread_picks() if name == "one-thread" else contextlib.nullcontext():
             models[name] = _compile(workload, where, budget, out_dir / f"{workload}-{'b0' if budget else 'db'}-{name}.so")
     changed = sorted(r["name"] for r in models["threads"].task_rows if r.get("for_threads"))

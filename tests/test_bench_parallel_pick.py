@@ -1,0 +1,29 @@
+"""bench/parallel_pick.py: `one_thread_picks` restores the one-thread best (every gain 1) and puts
+the estimate back after; the table lists each row's re-picked tasks (fast, no TVM build)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+
+def test_one_thread_picks_is_undone():
+    import parallel_pick
+    import tlm.space.threads as threads
+
+    real = threads.speedup
+    with parallel_pick.one_thread_picks():
+        assert threads.speedup(None, 8) == 1.0
+    assert threads.speedup is real
+
+
+def test_write_lists_the_repicked_tasks(tmp_path):
+    import parallel_pick
+
+    row = {"date": "d", "hardware": "h", "commit": "c", "records": "budget 0", "workload": "w", "one_thread_ms": 2.0,
+           "threads_ms": 1.6, "repicked": ["fused_matmul"], "round_trip_ns": 70.0, "rounds": 3}
+    out = tmp_path / "pp"
+    parallel_pick.write([row, {**row, "repicked": []}], out)
+    text = out.with_suffix(".md").read_text()
+    assert "| w | 2.000 | 1.600 | 1.250x | `fused_matmul` | 70.0 | 3 |" in text
+    assert "| w | 2.000 | 1.600 | 1.250x | - | 70.0 | 3 |" in text
