@@ -1,5 +1,6 @@
 """bench/parallel_pick.py: `one_thread_picks` restores the one-thread best (every gain 1) and puts
-the estimate back after; the table lists each row's re-picked tasks (fast, no TVM build)."""
+the estimate back after; its table and bench/ort_profile.py's list what each row holds (fast, no
+TVM build)."""
 
 import sys
 from pathlib import Path
@@ -27,3 +28,16 @@ def test_write_lists_the_repicked_tasks(tmp_path):
     text = out.with_suffix(".md").read_text()
     assert "| w | 2.000 | 1.600 | 1.250x | `fused_matmul` | 70.0 | 3 |" in text
     assert "| w | 2.000 | 1.600 | 1.250x | - | 70.0 | 3 |" in text
+
+
+def test_ort_profile_table(tmp_path):
+    import ort_profile
+
+    row = {"date": "d", "hardware": "h", "commit": "c", "workload": "w", "nodes": 3, "threads": 2, "whole_ms": 2.2,
+           "inside_ms": 2.3, "alone_ms": 2.0, "rounds": 5,
+           "top": [{"node": "/conv", "op": "Conv", "inside_ms": 0.5, "alone_ms": 0.3}]}
+    out = tmp_path / "op"
+    ort_profile.write([row], out)
+    text = out.with_suffix(".md").read_text()
+    assert "| d | h | c | w | 3 | 2 | 2.200 | 2.300 | 2.000 | 1.10 | 5 |" in text
+    assert "| `/conv` | Conv | 0.500 | 0.300 |" in text
