@@ -105,7 +105,8 @@ def write(rows: list[dict], out: Path) -> None:
              "Command: `python bench/parallel_pick.py` (see the script's docstring). Medians in ms of whole "
              "models, both builds checked against PyTorch; speedup: one-thread picks' time over the threads "
              "picks'. `records` `budget 0`: tuned at budget 0 for each build (the cost model's ranking with and "
-             "without each program's gain on the cores; greedy picks are not listed as re-picked).", "",
+             "without each program's gain on the cores; greedy picks are not listed as re-picked); the budget-0 rows "
+             "of d48b063 ranked by the exact gain (`speedup`), later ones by `coarse_speedup`.", "",
              f"| {HEADER} |", "|" + "---|" * (HEADER.count("|") + 1)]
     lines += ["| " + " | ".join(str(c) for c in _cells(r)) + " |" for r in rows]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
