@@ -5,6 +5,9 @@ against its tasks; a record without a parallel loop runs on one core in the mode
     python bench/parallel_pick.py [--dbs 'work/ort-gap/znver4-2c/dbs/{workload}@b10g']
         [--budget0] [--workloads mobilenet_v2,resnet_50] [--rounds 21] [--out bench/results/parallel_pick]
 
+A workload is a zoo name or a model of bench/outside_models.py (`--dbs
+'work/outside-zoo/znver4-2c/dbs/{workload}@10g' --workloads conv1d_audio,vit_p8`).
+
 `--dbs`: each workload compiled twice from the same records (no tuning): `one-thread` applies each
 task's fastest record as timed (on one thread, as every record is), `threads` the one
 `Database.fastest_on` picks. `--budget0`: each workload tuned at budget 0 twice into fresh
@@ -47,11 +50,27 @@ def one_thread_picks():
         threads.speedup = saved
 
 
+def _source(workload: str) -> tuple:
+    """(what tlm.compile takes, its example inputs as numpy): a zoo name, or a model of
+    bench/outside_models.py (module and inputs)."""
+    import numpy as np
+
+    import outside_models
+    from tlm.graph.extract import import_source
+
+    entry = next((e for e in outside_models._ENTRIES if e.name == workload), None)
+    if entry is None:
+        return (workload,), [np.ascontiguousarray(x) for x in import_source(workload).inputs]
+    module, inputs = entry.make()
+    return (module, inputs), [np.ascontiguousarray(x.numpy()) for x in inputs]
+
+
 def _compile(workload: str, db: str, budget: str | None, out: Path):
     import tlm
     from tlm.compiler.build import CompileConfig
 
-    m = tlm.compile(workload, db=db, budget=budget, output=str(out), config=CompileConfig(compare=False, repeat=3))
+    m = tlm.compile(*_source(workload)[0], db=db, budget=budget, output=str(out),
+                    config=CompileConfig(compare=False, repeat=3))
     if not m.matches:
         raise SystemExit(f"{workload} ({out.name}): output differs from PyTorch by {m.max_abs_diff}")
     return m
@@ -59,10 +78,7 @@ def _compile(workload: str, db: str, budget: str | None, out: Path):
 
 def whole(workload: str, db: str | None, rounds: int, out_dir: Path) -> dict:
     """Both builds of `workload` (from `db`, or tuned at budget 0 when None), timed interleaved."""
-    import numpy as np
     import tvm
-
-    from tlm.graph.extract import import_source
 
     models = {}
     for name in ("one-thread", "threads"):
@@ -74,7 +90,7 @@ def whole(workload: str, db: str | None, rounds: int, out_dir: Path) -> dict:
             models[name] = _compile(workload, where, budget, out_dir / f"{workload}-{'b0' if budget else 'db'}-{name}.so")
     changed = sorted(r["name"] for r in models["threads"].task_rows if r.get("for_threads"))
     dev = tvm.cpu()
-    args = [tvm.runtime.tensor(np.ascontiguousarray(x), dev) for x in import_source(workload).inputs]
+    args = [tvm.runtime.tensor(x, dev) for x in _source(workload)[1]]
     timers = {k: m.vm.time_evaluator("main", dev, number=1, repeat=1, min_repeat_ms=200) for k, m in models.items()}
     times = {k: [] for k in timers}
     trips = []

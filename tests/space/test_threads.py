@@ -74,16 +74,55 @@ def test_fastest_on_prefers_a_parallel_record(tmp_path, host):
     from tlm.measure.database import open_db
     from tlm.space.design import plain_json
 
-    task = matmul(32)
+    task = matmul(128)  # 2M points: above PARALLEL_WORK
     with open_db(str(tmp_path / "db")) as db:
-        serial = db.add_record(task, host.key, plain_json(_schedule(task, None).trace.as_json()), [1.0e-5])
-        par = db.add_record(task, host.key, plain_json(_schedule(task, 8).trace.as_json()), [1.2e-5])
-        db.add_record(task, host.key, plain_json(_schedule(task, 8).trace.as_json()), [3.0e-5])  # can't overtake
+        serial = db.add_record(task, host.key, plain_json(_schedule(task, None).trace.as_json()), [1.0e-4])
+        par = db.add_record(task, host.key, plain_json(_schedule(task, 8).trace.as_json()), [1.2e-4])  # 60 + 8 us
+        db.add_record(task, host.key, plain_json(_schedule(task, 8).trace.as_json()), [3.0e-4])  # can't overtake
         assert db.best(task.hash, host.key).id == serial
         assert db.fastest_on(task.hash, host.key, 1).id == serial
         assert db.fastest_on(task.hash, host.key, 2).id == par
         assert db.compile_record(task.hash, host.key, 2).id == par
         assert db.compile_record(task.hash, host.key).id == serial  # one thread: the measured best
         # a record added later is seen (the picks are cached until records are added)
-        new = db.add_record(task, host.key, plain_json(_schedule(task, 16).trace.as_json()), [0.9e-5])
+        new = db.add_record(task, host.key, plain_json(_schedule(task, 16).trace.as_json()), [0.9e-4])
         assert db.fastest_on(task.hash, host.key, 2).id == new
+
+
+@pytest.mark.tvm
+def test_a_small_task_keeps_its_one_thread_best(tmp_path, host):
+    """Under PARALLEL_WORK points a pool trip is about the task's whole time: no re-pick, no
+    ranking gains (32^3 points)."""
+    from workloads_tir import matmul
+
+    from tlm.measure.database import open_db
+    from tlm.space.design import plain_json
+    from tlm.space.threads import ranking_gains
+
+    task = matmul(32)
+    with open_db(str(tmp_path / "db")) as db:
+        serial = db.add_record(task, host.key, plain_json(_schedule(task, None).trace.as_json()), [1.0e-5])
+        db.add_record(task, host.key, plain_json(_schedule(task, 8).trace.as_json()), [1.2e-5])
+        assert db.fastest_on(task.hash, host.key, 2).id == serial
+    schs = [_schedule(task, None), _schedule(task, 8)]
+    assert ranking_gains(task.mod, schs, 2) is None
+    big = matmul(128)
+    assert ranking_gains(big.mod, [_schedule(big, None), _schedule(big, 8)], 2) == [1.0, 2.0]
+    assert ranking_gains(big.mod, [_schedule(big, 8)], 1) is None
+
+
+@pytest.mark.tvm
+def test_the_pool_trip_keeps_a_near_serial_record(tmp_path, host):
+    """A parallel record pays one pool trip (POOL_TRIP_S) in the estimate: 40 us serial against 70
+    us parallel on one thread is 40 against 35 + 8 on two threads."""
+    from workloads_tir import matmul
+
+    from tlm.space.design import plain_json
+    from tlm.space.threads import POOL_TRIP_S, fastest
+
+    task = matmul(128)
+    cands = [(40e-6, plain_json(_schedule(task, None).trace.as_json())),
+             (70e-6, plain_json(_schedule(task, 8).trace.as_json()))]
+    assert POOL_TRIP_S == pytest.approx(8e-6)
+    assert fastest(task.mod, cands, 2) == 0
+    assert fastest(task.mod, [(40e-6, cands[0][1]), (60e-6, cands[1][1])], 2) == 1  # 30 + 8 < 40

@@ -114,9 +114,9 @@ class TlmTuner(Tuner):
             for sch, row in zip(schs, x):
                 rows[json.dumps(plain_json(sch.trace.as_json()))] = row
         gains = None  # timed on one thread, a compiled model runs on all the cores (tlm.space.threads)
-        if self.target.kind == "llvm" and self.target.cores > 1:
-            from tlm.space.threads import coarse_speedup
-            gains = [coarse_speedup(sch.mod, self.target.cores) for sch in schs]
+        if self.target.kind == "llvm":
+            from tlm.space.threads import ranking_gains
+            gains = ranking_gains(task.mod, schs, self.target.cores)
         return [ok[i] for i in self._task_model(task).order(x, gains=gains)] + bad
 
     def _task_model(self, task: Task):

@@ -13,7 +13,8 @@ where a record 3% slower on one thread has a parallel loop of 7).
 (product of its enclosing loops' extents) over a parallel loop of extent e run in
 ceil(e / threads) / e of the time; the program's speedup is the work-weighted harmonic mean.
 It assumes compute-bound scaling, which the measured picks of bench/results/parallel_pick.md
-check against whole models. A compile applies it to measured one-thread latencies
+check against whole models, and charges a parallel program one trip through the thread pool
+(POOL_TRIP_S); a task of less than PARALLEL_WORK points keeps its one-thread best. A compile applies it to measured one-thread latencies
 (`Database.fastest_on`); the TLM tuner's cost-model ranking uses `coarse_speedup`, which only
 demotes programs far from using every thread (its predictions are too rough for the rest).
 """
@@ -22,6 +23,15 @@ from __future__ import annotations
 
 import math
 from typing import Any
+
+# One trip through TVM's thread pool (start and join a parallel loop): 8-10 us on the 2-core hosts
+# measured (znver3, tlm.space.serial). Without it a 6 us task's serial record lost to a parallel
+# one of 11 us on one thread (ast, znver4).
+POOL_TRIP_S = 8e-6
+# Tasks under this many iteration points (tlm.space.serial.task_work) keep the cost model's
+# ranking as it is: at 2x, a parallel loop gains its pool trip back only above ~16 us of work,
+# about 300,000 points of a matmul on znver4 (mobilenet_v2's 1.28M-point classifier: 70 us).
+PARALLEL_WORK = 8 * 65536
 
 # Stores of blocks that MetaSchedule's layout rewriting runs once at compile time (the packed
 # weights, folded into constants) are no work of a call.
@@ -89,11 +99,19 @@ def speedup(mod: Any, threads: int) -> float:
 
 def fastest(mod: Any, candidates: list[tuple[float, Any]], threads: int) -> int:
     """Index of the candidate (one-thread seconds, trace JSON of a schedule of `mod`) estimated
-    fastest on `threads` threads: seconds / `speedup`; a trace that no longer replays keeps its
-    one-thread time. Ties go to the earlier candidate (callers list them fastest first)."""
+    fastest on `threads` threads: seconds / `speedup`, plus a trip through the thread pool for a
+    parallel one; a trace that no longer replays keeps its one-thread time. Ties go to the earlier
+    candidate (callers list them fastest first, so 0 is the one-thread best). A task of less than
+    PARALLEL_WORK points keeps its one-thread best: the pool trip's cost varies from host to host
+    and minute to minute by as much as such a task's whole time."""
     from tvm.s_tir import Schedule
     from tvm.s_tir.schedule import Trace
 
+    from tlm.space.serial import task_work
+
+    work = task_work(mod)
+    if threads <= 1 or work is None or work < PARALLEL_WORK:
+        return 0
     best, best_s = 0, math.inf
     for i, (seconds, trace) in enumerate(candidates):
         gain = 1.0
@@ -104,8 +122,9 @@ def fastest(mod: Any, candidates: list[tuple[float, Any]], threads: int) -> int:
                 gain = speedup(sch.mod, threads)
             except Exception:  # noqa: BLE001 - a trace of another space version: timed as it is
                 pass
-        if seconds / gain < best_s:
-            best, best_s = i, seconds / gain
+        estimate = seconds / gain + (POOL_TRIP_S if gain > 1.0 else 0.0)
+        if estimate < best_s:
+            best, best_s = i, estimate
     return best
 
 
@@ -117,3 +136,16 @@ def coarse_speedup(mod: Any, threads: int) -> float:
     bench/results/parallel_pick.md), while demoting serial programs only is what gains."""
     gain = speedup(mod, threads)
     return float(threads) if gain >= 0.75 * threads else gain
+
+
+def ranking_gains(mod: Any, schedules: list, threads: int) -> list[float] | None:
+    """Each schedule's `coarse_speedup`, for `CostModel.order(gains=)`; None where they cannot
+    matter or would mislead: one thread, or a task of less than PARALLEL_WORK points."""
+    from tlm.space.serial import task_work
+
+    if threads <= 1:
+        return None
+    work = task_work(mod)
+    if work is None or work < PARALLEL_WORK:
+        return None
+    return [coarse_speedup(sch.mod, threads) for sch in schedules]
