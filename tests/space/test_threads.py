@@ -126,3 +126,5 @@ def test_the_pool_trip_keeps_a_near_serial_record(tmp_path, host):
     assert POOL_TRIP_S == pytest.approx(8e-6)
     assert fastest(task.mod, cands, 2) == 0
     assert fastest(task.mod, [(40e-6, cands[0][1]), (60e-6, cands[1][1])], 2) == 1  # 30 + 8 < 40
+    # a best under REPICK_S (5 pool trips) is applied as it is, whatever the estimate
+    assert fastest(task.mod, [(30e-6, cands[0][1]), (40e-6, cands[1][1])], 2) == 0

@@ -32,6 +32,10 @@ POOL_TRIP_S = 8e-6
 # ranking as it is: at 2x, a parallel loop gains its pool trip back only above ~16 us of work,
 # about 300,000 points of a matmul on znver4 (mobilenet_v2's 1.28M-point classifier: 70 us).
 PARALLEL_WORK = 8 * 65536
+# A measured record under 5 pool trips (40 us) on one thread is applied as it is: re-picks of
+# 10-13 us tasks measured 0.89x and 0.97x end to end (distilbert, resnet_odd; znver4), those of
+# 42-370 us tasks 1.02-1.36x (bench/results/parallel_pick.md).
+REPICK_S = 5 * POOL_TRIP_S
 
 # Stores of blocks that MetaSchedule's layout rewriting runs once at compile time (the packed
 # weights, folded into constants) are no work of a call.
@@ -102,15 +106,15 @@ def fastest(mod: Any, candidates: list[tuple[float, Any]], threads: int) -> int:
     fastest on `threads` threads: seconds / `speedup`, plus a trip through the thread pool for a
     parallel one; a trace that no longer replays keeps its one-thread time. Ties go to the earlier
     candidate (callers list them fastest first, so 0 is the one-thread best). A task of less than
-    PARALLEL_WORK points keeps its one-thread best: the pool trip's cost varies from host to host
-    and minute to minute by as much as such a task's whole time."""
+    PARALLEL_WORK points, or whose best runs under REPICK_S, keeps its one-thread best: the pool
+    trip's cost varies from host to host and minute to minute by as much as such a task's time."""
     from tvm.s_tir import Schedule
     from tvm.s_tir.schedule import Trace
 
     from tlm.space.serial import task_work
 
     work = task_work(mod)
-    if threads <= 1 or work is None or work < PARALLEL_WORK:
+    if threads <= 1 or work is None or work < PARALLEL_WORK or not candidates or candidates[0][0] < REPICK_S:
         return 0
     best, best_s = 0, math.inf
     for i, (seconds, trace) in enumerate(candidates):
