@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from xcore import median_trip, round_trip_ns  # bench/ is on the path when a bench script runs
+from xcore import interleaved_ms  # bench/ is on the path when a bench script runs
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -106,20 +106,12 @@ def whole_part(workload: str, db_path: str, rounds: int, out_dir: Path) -> dict:
         models[name] = m
     from tlm.graph.extract import import_source
 
-    dev = tvm.cpu()
-    args = [tvm.runtime.tensor(np.ascontiguousarray(x), dev) for x in import_source(workload).inputs]
-    timers = {k: m.vm.time_evaluator("main", dev, number=1, repeat=1, min_repeat_ms=200) for k, m in models.items()}
-    times = {k: [] for k in timers}
-    trips = []
-    for _ in range(rounds):
-        trips.append(round_trip_ns(samples=1))
-        for k, f in timers.items():
-            times[k].append(f(*args).mean * 1e3)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    args = [tvm.runtime.tensor(np.ascontiguousarray(x), tvm.cpu()) for x in import_source(workload).inputs]
+    med, trip = interleaved_ms({k: m.vm for k, m in models.items()}, args, rounds)
     print(f"{workload}: packed {med['packed']:.3f} ms, plain {med['plain']:.3f} ms "
           f"({med['plain'] / med['packed']:.3f}x)", flush=True)
     return {"workload": workload, "packed_ms": round(med["packed"], 4), "plain_ms": round(med["plain"], 4),
-            "round_trip_ns": median_trip(trips),
+            "round_trip_ns": trip,
             "rounds": rounds, "max_abs_diff": models["packed"].max_abs_diff}
 
 

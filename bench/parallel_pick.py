@@ -24,13 +24,12 @@ import argparse
 import contextlib
 import json
 import shutil
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from xcore import median_trip, round_trip_ns  # bench/ is on the path when a bench script runs
+from xcore import interleaved_ms  # bench/ is on the path when a bench script runs
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -89,20 +88,12 @@ def whole(workload: str, db: str | None, rounds: int, out_dir: Path) -> dict:
         with one_thread_picks() if name == "one-thread" else contextlib.nullcontext():
             models[name] = _compile(workload, where, budget, out_dir / f"{workload}-{'b0' if budget else 'db'}-{name}.so")
     changed = sorted(r["name"] for r in models["threads"].task_rows if r.get("for_threads"))
-    dev = tvm.cpu()
-    args = [tvm.runtime.tensor(x, dev) for x in _source(workload)[1]]
-    timers = {k: m.vm.time_evaluator("main", dev, number=1, repeat=1, min_repeat_ms=200) for k, m in models.items()}
-    times = {k: [] for k in timers}
-    trips = []
-    for _ in range(rounds):
-        trips.append(round_trip_ns(samples=1))
-        for k, f in timers.items():
-            times[k].append(f(*args).mean * 1e3)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    args = [tvm.runtime.tensor(x, tvm.cpu()) for x in _source(workload)[1]]
+    med, trip = interleaved_ms({k: m.vm for k, m in models.items()}, args, rounds)
     print(f"{workload}: one-thread picks {med['one-thread']:.3f} ms, threads picks {med['threads']:.3f} ms "
           f"({med['one-thread'] / med['threads']:.3f}x); measured records re-picked: {len(changed)}", flush=True)
     return {"workload": workload, "one_thread_ms": round(med["one-thread"], 4), "threads_ms": round(med["threads"], 4),
-            "repicked": changed, "round_trip_ns": median_trip(trips), "rounds": rounds,
+            "repicked": changed, "round_trip_ns": trip, "rounds": rounds,
             "max_abs_diff": models["threads"].max_abs_diff}
 
 

@@ -112,6 +112,21 @@ def split_by_placement(trips: list, items: list) -> tuple[list, list]:
     return near, far
 
 
+def interleaved_ms(vms: dict, args: list, rounds: int) -> tuple[dict[str, float], float | None]:
+    """Each Relax VM of `vms` called back to back for 200 ms by TVM's timer, the VMs in turn round
+    by round with each round's round trip first: (median ms per key, median round trip ns)."""
+    import tvm
+
+    timers = {k: vm.time_evaluator("main", tvm.cpu(), number=1, repeat=1, min_repeat_ms=200) for k, vm in vms.items()}
+    times: dict[str, list[float]] = {k: [] for k in timers}
+    trips = []
+    for _ in range(rounds):
+        trips.append(round_trip_ns(samples=1))
+        for k, f in timers.items():
+            times[k].append(f(*args).mean * 1e3)
+    return {k: statistics.median(v) for k, v in times.items()}, median_trip(trips)
+
+
 def beside(workload: str, library: str, rounds: int) -> list[tuple]:
     """(round trip ns, tlm ms, ONNX Runtime ms, PyTorch eager ms) per round: a zoo workload's tlm
     library and its two contenders, timed by `bench/ort_gap.py`'s interleaved run (same inputs and
