@@ -229,7 +229,7 @@ def compile_database(database, tasks, target) -> tuple[Any, list[dict[str, Any]]
     # Records are timed on one thread; the model runs on the target's cores, where a record
     # without a parallel loop runs on one (Database.fastest_on, tlm.space.threads).
     threads = info.cores if info.kind == "llvm" else 1
-    msdb = database.to_metaschedule(info, threads=threads)
+    msdb = database.to_metaschedule(info, threads=threads, tasks={t.hash for t in tasks})
     tvm_target = info.tvm()
     rows = []
     for t in tasks:

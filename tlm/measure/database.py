@@ -338,10 +338,11 @@ class Database:
         return TuningRecord(sch.trace, workload, [float(x) for x in rec.latencies_s], target,
                             ArgInfo.from_prim_func(task.mod["main"]))
 
-    def to_metaschedule(self, target, work_dir: str | None = None, best_only: bool = True, threads: int = 1):
+    def to_metaschedule(self, target, work_dir: str | None = None, best_only: bool = True, threads: int = 1,
+                        tasks: set[str] | None = None):
         """A MetaSchedule database (JSONDatabase in `work_dir`, else in memory) of this target's
         correct records: the best per task on `threads` threads (what the whole-model compile
-        applies, `fastest_on`), or all of them."""
+        applies, `fastest_on`), or all of them; of the tasks with hashes in `tasks` (default all)."""
         from tlm.graph.target import resolve_target
         from tlm.space.intrin import light_tensor_intrin
         from tvm.s_tir import meta_schedule as ms
@@ -354,7 +355,8 @@ class Database:
             msdb = ms.database.JSONDatabase(work_dir=work_dir)
         else:
             msdb = ms.database.MemoryDatabase()
-        hashes = [r["task_hash"] for r in self._conn.execute("SELECT task_hash FROM workloads")]
+        hashes = [r["task_hash"] for r in self._conn.execute("SELECT task_hash FROM workloads")
+                  if tasks is None or r["task_hash"] in tasks]
         for h in hashes:
             task = self.task(h)
             if best_only:
