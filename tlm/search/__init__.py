@@ -5,6 +5,7 @@
 - base.py         TuneConfig, budgets, seeds and the `Tuner` base every tuner shares
 - baselines.py    MetaSchedule's evolutionary search and random programs
 - tlm_tuner.py    the language model as the proposer (greedy program, samples, rounds by weight x latency)
+- ranking.py      the TLM tuner's cost-model ranking of its samples (boosted per task, parallel loops counted)
 - tune.py         `tlm tune`: one entry for every tuner
 - loop.py         iterative optimization: generate, measure, fine-tune, in rounds
 - loop_finetune.py the loop's fine-tuning process (beside the measuring, or waited for)

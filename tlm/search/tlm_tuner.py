@@ -11,14 +11,10 @@ How the budget is spent (it is a total over the tasks: `B`, or `K x tasks` for `
 2. the rest goes in rounds: each round ranks the tasks by weight x best latency (their share of
    the model's time; a task without a valid program yet ranks with the slowest known latency)
    and gives the top ones `round_size` new samples each, one measurement batch per round.
-With a cost model (`TuneConfig.cost_model`: by default the shipped one for the target,
-tlm.search.costmodel; none for a CPU it has not learned), a task's n programs are the n it ranks
-first among `cm_pool` x n samples. Once two of them are measured, the ranking uses the cost model
-boosted on them (`TuneConfig.cm_adapt_trees` more trees): what it learns of the task on this CPU
-steers the later rounds.
-The cost model's ranking counts each program's parallel loops on the target's cores (it learned
-one-thread latencies; tlm.space.threads). A task whose space is exhausted drops out. Programs in
-the database are never measured again and the budget counts what it holds: a rerun resumes.
+With a cost model, a task's n programs are the n it ranks first among `cm_pool` x n samples
+(tlm.search.ranking: boosted on the task's measured programs, parallel loops counted on the
+target's cores). A task whose space is exhausted drops out. Programs in the database are never
+measured again and the budget counts what it holds: a rerun resumes.
 
 `--budget 0` measures nothing: each task gets the model's first choice, stored as an unmeasured
 record with proposer "tlm-greedy" (no latency, so `Database.best()` ignores it), which
@@ -45,10 +41,10 @@ from tlm.measure.database import GREEDY
 from tlm.measure.measurer import Candidate
 from tlm.model.lm import default_model_dir
 from tlm.search.base import Tuner, TuneConfig, parse_budget, progress_bar, seeds, summarize
+from tlm.search.ranking import CostRanking
 from tlm.space.design import plain_json
 
 PROPOSER = "tlm"
-_UNSET = object()
 _MAX_MISSES = 3  # proposal rounds that give only duplicates before a task drops out
 
 
@@ -80,63 +76,12 @@ class TlmTuner(Tuner):
         self.total = sum(self.budgets)
         self._generator = generator
         self._spaces: dict[str, Any] = {}
-        self._cm: Any = _UNSET
-        self._features: dict[str, dict[str, Any]] = {}  # task hash -> trace JSON -> cost model features
-        self._adapted: dict[str, tuple[int, Any]] = {}  # task hash -> (programs learned from, cost model)
+        self.ranking = CostRanking(db, self.target, config)
 
     @property
     def cost_model(self):
         """The cost model ranking samples (TuneConfig.cost_model), or None."""
-        if self._cm is _UNSET:
-            from tlm.search.costmodel import load_cost_model
-
-            self._cm = load_cost_model(self.config.cost_model, self.target)
-        return self._cm
-
-    def _ranked(self, task: Task, items: list, schedule) -> list:
-        """`items` ordered by the cost model, predicted fastest first (`schedule(item)` gives the
-        program; an item whose program cannot be built goes last). The model is the task's
-        (`_task_model`); every ranked program's features are kept for its update."""
-        from tlm.search.costmodel import features
-
-        schs, ok, bad = [], [], []
-        for it in items:
-            try:
-                schs.append(schedule(it))
-                ok.append(it)
-            except TlmError:
-                bad.append(it)
-        if not ok:
-            return bad
-        x = features(task, schs, self.target)
-        if self.config.cm_adapt_trees > 0:
-            rows = self._features.setdefault(task.hash, {})
-            for sch, row in zip(schs, x):
-                rows[json.dumps(plain_json(sch.trace.as_json()))] = row
-        gains = None  # timed on one thread, a compiled model runs on all the cores (tlm.space.threads)
-        if self.target.kind == "llvm":
-            from tlm.space.threads import ranking_gains
-            gains = ranking_gains(task.mod, schs, self.target.cores)
-        return [ok[i] for i in self._task_model(task).order(x, gains=gains)] + bad
-
-    def _task_model(self, task: Task):
-        """The cost model boosted on the task's programs measured in this run (TuneConfig.cm_adapt_trees;
-        refit when a measurement has come in since)."""
-        import numpy as np
-
-        rows = self._features.get(task.hash)
-        if not rows:  # the update is off, or nothing of this task ranked yet
-            return self.cost_model
-        got = [(row, r.median_s) for r in self.db.records(task.hash, self.target.key)
-               if r.error is None and r.median_s and r.trace_json is not None
-               and (row := rows.get(json.dumps(r.trace_json))) is not None]  # stored traces are plain JSON
-        cached = self._adapted.get(task.hash)
-        if cached is None or cached[0] != len(got):
-            model = self.cost_model
-            if len(got) >= 2:
-                model = model.adapted(np.stack([g[0] for g in got]), [g[1] for g in got], self.config.cm_adapt_trees)
-            self._adapted[task.hash] = cached = (len(got), model)
-        return cached[1]
+        return self.ranking.model
 
     # ------------------------------------------------------------------ the model
     @property
@@ -170,7 +115,7 @@ class TlmTuner(Tuner):
         seed = seeds(cfg.seed, task, 0, 2)[1]  # not round 0's sampling seed (the first of the two)
         samples = gen.generate(task, max(1, cfg.pick_samples), seen=seen, seed=seed)
         if samples and cfg.pick == "cost" and self.cost_model is not None:
-            ranked = self._ranked(task, samples, lambda g: self._schedule(task, g))
+            ranked = self.ranking.ranked(task, samples, lambda g: self._schedule(task, g))
         else:
             ranked = sorted(samples, key=lambda g: -g.logprob)
         return self._buildable(task, ranked)
@@ -293,7 +238,7 @@ class TlmTuner(Tuner):
             cands.append(Candidate(task, schedule=sch, proposer=PROPOSER, round=rnd, sentence=sentence))
         if len(cands) > n:  # ranked by the cost model: measure its top n
             head = cands[:1] if first is not None and cands[0].sentence == first else []
-            cands = (head + self._ranked(task, cands[len(head):], lambda c: c.schedule))[:n]
+            cands = (head + self.ranking.ranked(task, cands[len(head):], lambda c: c.schedule))[:n]
         if cands:
             st.misses = 0
         else:
