@@ -8,11 +8,12 @@ The zoo workload is exported to ONNX (TorchScript exporter) and loaded with ever
 optimization (as `bench/ort_gap.py` runs it); the optimized graph (fused convolutions, NCHWc
 layouts, reorders) is saved and each of its nodes made a one-node model fed the inputs it had in
 the whole run. All sessions share one ONNX Runtime thread pool with as many threads as tlm's
-(separate pools spin and take each other's cores). Per round: the whole call back to back for
-200 ms (median), a profiled whole call (each node's kernel time inside the model, the fourth of
-four back-to-back calls), and each node alone twice, the second call's kernel time from ONNX
-Runtime's profiler (warm, without the per-run overhead of a one-node session). Medians over the
-rounds. Appends a row to OUT.json and writes OUT.md with the nodes that run slowest inside
+(separate pools spin and take each other's cores). Per round: the whole call as bench/ort_gap.py
+times it (tlm.compiler.build.median_ms: median of 3 repeats of >= 200 ms; the row of 2026-11-29
+13:42 took the median single call over 200 ms), a profiled whole call (each node's kernel time
+inside the model, the fourth of four back-to-back calls), and each node alone twice, the second
+call's kernel time from ONNX Runtime's profiler (warm, without the per-run overhead of a one-node
+session). Medians over the rounds. Appends a row to OUT.json and writes OUT.md with the nodes that run slowest inside
 against alone.
 """
 
@@ -52,16 +53,6 @@ def _kernel_times(sess) -> list[dict]:
     return [e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
 
 
-def _median_ms(fn, ms: float = 200) -> float:
-    fn()
-    out, end = [], time.perf_counter() + ms / 1e3
-    while time.perf_counter() < end:
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out) * 1e3
-
-
 def profile(workload: str, rounds: int, threads: int) -> dict:
     import numpy as np
     import onnx
@@ -69,6 +60,7 @@ def profile(workload: str, rounds: int, threads: int) -> dict:
     from onnx import TensorProto, helper
     from onnxruntime.capi import _pybind_state
 
+    from tlm.compiler.build import median_ms
     from tlm.errors import quiet_stderr
     from tlm.graph.zoo import get_workload
 
@@ -109,7 +101,7 @@ def profile(workload: str, rounds: int, threads: int) -> dict:
     profiled = _session(opt, False, profile=True)
     wholes = []
     for _ in range(rounds):
-        wholes.append(_median_ms(lambda: whole.run(None, feed)))
+        wholes.append(median_ms(lambda: whole.run(None, feed), repeat=3, min_repeat_ms=200))
         for _ in range(4):
             profiled.run(None, feed)
         for sess, f in singles:

@@ -57,10 +57,9 @@ def _source(workload: str) -> tuple:
     import outside_models
     from tlm.graph.extract import import_source
 
-    entry = next((e for e in outside_models._ENTRIES if e.name == workload), None)
-    if entry is None:
+    if workload not in {e.name for e in outside_models.entries()}:
         return (workload,), [np.ascontiguousarray(x) for x in import_source(workload).inputs]
-    module, inputs = entry.make()
+    module, inputs = outside_models.get(workload).make()
     return (module, inputs), [np.ascontiguousarray(x.numpy()) for x in inputs]
 
 

@@ -84,7 +84,7 @@ def test_fastest_on_prefers_a_parallel_record(tmp_path, host):
         assert db.fastest_on(task.hash, host.key, 2).id == par
         assert db.compile_record(task.hash, host.key, 2).id == par
         assert db.compile_record(task.hash, host.key).id == serial  # one thread: the measured best
-        # a record added later is seen (the picks are cached until records are added)
+        # a record added later is seen
         new = db.add_record(task, host.key, plain_json(_schedule(task, 16).trace.as_json()), [0.9e-4])
         assert db.fastest_on(task.hash, host.key, 2).id == new
 

@@ -229,11 +229,13 @@ def compile_database(database, tasks, target) -> tuple[Any, list[dict[str, Any]]
     # Records are timed on one thread; the model runs on the target's cores, where a record
     # without a parallel loop runs on one (Database.fastest_on, tlm.space.threads).
     threads = info.cores if info.kind == "llvm" else 1
-    msdb = database.to_metaschedule(info, threads=threads, tasks={t.hash for t in tasks})
+    picks = {t.hash: database.compile_record(t.hash, info.key, threads) for t in tasks}
+    msdb = database.to_metaschedule(info, records={h: r for h, r in picks.items()
+                                                   if r is not None and r.proposer != GREEDY})
     tvm_target = info.tvm()
     rows = []
     for t in tasks:
-        rec = database.compile_record(t.hash, info.key, threads)
+        rec = picks[t.hash]
         best = rec if rec is not None and rec.proposer != GREEDY else None
         if best is not None and database.trace_of(best, t) is None:  # never silently TVM's default
             best = rec = None

@@ -85,12 +85,10 @@ class Database:
             raise TlmError(f"corrupt or unreadable record database {self.path}: {err}") from None
         except OSError as err:
             raise TlmError(f"cannot open record database in {directory}: {err}") from None
-        self._fastest: dict[tuple, Record] = {}  # fastest_on's picks, until records are added
 
     # ------------------------------------------------------------------ writing
     def transaction(self, fn):
         """Run `fn(connection)` in one immediate transaction (tlm.measure.shards writes this way)."""
-        self._fastest.clear()
         return self._tx(fn)
 
     def query(self, sql: str, args: tuple | list = ()) -> list[sqlite3.Row]:
@@ -126,7 +124,6 @@ class Database:
 
     def add_results(self, results: list, target_key: str) -> list[int]:
         """Commit `MeasureResult`s in one transaction; when this returns they are durable."""
-        self._fastest.clear()
         now = time.time()
         rows = []
         for r in results:
@@ -157,7 +154,6 @@ class Database:
                    error: str | None = None, proposer: str = "import", round: int = 0,
                    sentence: str | None = None) -> int:
         """Commit one record given as plain data (imports, tests)."""
-        self._fastest.clear()
         import statistics
 
         median = statistics.median(latencies_s) if latencies_s and not error else None
@@ -260,17 +256,14 @@ class Database:
         best = self.best(task_hash, target_key)
         if best is None or threads <= 1:
             return best
-        key = (task_hash, target_key, threads)
-        if key not in self._fastest:
-            from tlm.space.threads import fastest
+        from tlm.space.threads import fastest
 
-            task = self.task(task_hash)
-            rows = self._conn.execute(
-                "SELECT * FROM records WHERE task_hash = ? AND target_key = ? AND error IS NULL AND median_s < ?"
-                " ORDER BY median_s LIMIT 32", (task_hash, target_key, best.median_s * threads)).fetchall()
-            recs = [_row_to_record(r) for r in rows]
-            self._fastest[key] = recs[fastest(task.mod, [(r.median_s, self.trace_of(r, task)) for r in recs], threads)]
-        return self._fastest[key]
+        task = self.task(task_hash)
+        rows = self._conn.execute(
+            "SELECT * FROM records WHERE task_hash = ? AND target_key = ? AND error IS NULL AND median_s < ?"
+            " ORDER BY median_s LIMIT 32", (task_hash, target_key, best.median_s * threads)).fetchall()
+        recs = [_row_to_record(r) for r in rows]
+        return recs[fastest(task.mod, [(r.median_s, self.trace_of(r, task)) for r in recs], threads)]
 
     def compile_record(self, task_hash: str, target_key: str, threads: int = 1) -> Record | None:
         """The record a whole-model compile applies to a task: its measured record estimated
@@ -338,11 +331,11 @@ class Database:
         return TuningRecord(sch.trace, workload, [float(x) for x in rec.latencies_s], target,
                             ArgInfo.from_prim_func(task.mod["main"]))
 
-    def to_metaschedule(self, target, work_dir: str | None = None, best_only: bool = True, threads: int = 1,
-                        tasks: set[str] | None = None):
+    def to_metaschedule(self, target, work_dir: str | None = None, best_only: bool = True,
+                        records: dict[str, Record] | None = None):
         """A MetaSchedule database (JSONDatabase in `work_dir`, else in memory) of this target's
-        correct records: the best per task on `threads` threads (what the whole-model compile
-        applies, `fastest_on`), or all of them; of the tasks with hashes in `tasks` (default all)."""
+        correct records: the best per task, or all of them; or `records` (task hash -> record:
+        what a whole-model compile applies, tlm.compiler.build.compile_database)."""
         from tlm.graph.target import resolve_target
         from tlm.space.intrin import light_tensor_intrin
         from tvm.s_tir import meta_schedule as ms
@@ -355,12 +348,14 @@ class Database:
             msdb = ms.database.JSONDatabase(work_dir=work_dir)
         else:
             msdb = ms.database.MemoryDatabase()
-        hashes = [r["task_hash"] for r in self._conn.execute("SELECT task_hash FROM workloads")
-                  if tasks is None or r["task_hash"] in tasks]
+        hashes = list(records) if records is not None else [
+            r["task_hash"] for r in self._conn.execute("SELECT task_hash FROM workloads")]
         for h in hashes:
             task = self.task(h)
-            if best_only:
-                best = self.fastest_on(h, info.key, threads)
+            if records is not None:
+                recs = [records[h]]
+            elif best_only:
+                best = self.best(h, info.key)
                 recs = [best] if best else []
             else:
                 recs = [r for r in self.records(h, info.key) if r.error is None and r.median_s]

@@ -14,9 +14,10 @@ where a record 3% slower on one thread has a parallel loop of 7).
 ceil(e / threads) / e of the time; the program's speedup is the work-weighted harmonic mean.
 It assumes compute-bound scaling, which the measured picks of bench/results/parallel_pick.md
 check against whole models, and charges a parallel program one trip through the thread pool
-(POOL_TRIP_S); a task of less than PARALLEL_WORK points keeps its one-thread best. A compile applies it to measured one-thread latencies
-(`Database.fastest_on`); the TLM tuner's cost-model ranking uses `coarse_speedup`, which only
-demotes programs far from using every thread (its predictions are too rough for the rest).
+(POOL_TRIP_S); a task of less than PARALLEL_WORK points keeps its one-thread best. A compile
+applies it to measured one-thread latencies (`Database.fastest_on`); the TLM tuner's cost-model
+ranking uses `coarse_speedup`, which only demotes programs far from using every thread (its
+predictions are too rough for the rest).
 """
 
 from __future__ import annotations
@@ -101,6 +102,16 @@ def speedup(mod: Any, threads: int) -> float:
     return work / sum(n / loop_speedup(p, threads) for n, p in stores)
 
 
+def _worth_threads(mod: Any, threads: int) -> bool:
+    """More than one thread, and a task of at least PARALLEL_WORK points (tlm.space.serial.task_work)."""
+    from tlm.space.serial import task_work
+
+    if threads <= 1:
+        return False
+    work = task_work(mod)
+    return work is not None and work >= PARALLEL_WORK
+
+
 def fastest(mod: Any, candidates: list[tuple[float, Any]], threads: int) -> int:
     """Index of the candidate (one-thread seconds, trace JSON of a schedule of `mod`) estimated
     fastest on `threads` threads: seconds / `speedup`, plus a trip through the thread pool for a
@@ -111,10 +122,7 @@ def fastest(mod: Any, candidates: list[tuple[float, Any]], threads: int) -> int:
     from tvm.s_tir import Schedule
     from tvm.s_tir.schedule import Trace
 
-    from tlm.space.serial import task_work
-
-    work = task_work(mod)
-    if threads <= 1 or work is None or work < PARALLEL_WORK or not candidates or candidates[0][0] < REPICK_S:
+    if not _worth_threads(mod, threads) or not candidates or candidates[0][0] < REPICK_S:
         return 0
     best, best_s = 0, math.inf
     for i, (seconds, trace) in enumerate(candidates):
@@ -145,11 +153,6 @@ def coarse_speedup(mod: Any, threads: int) -> float:
 def ranking_gains(mod: Any, schedules: list, threads: int) -> list[float] | None:
     """Each schedule's `coarse_speedup`, for `CostModel.order(gains=)`; None where they cannot
     matter or would mislead: one thread, or a task of less than PARALLEL_WORK points."""
-    from tlm.space.serial import task_work
-
-    if threads <= 1:
-        return None
-    work = task_work(mod)
-    if work is None or work < PARALLEL_WORK:
+    if not _worth_threads(mod, threads):
         return None
     return [coarse_speedup(sch.mod, threads) for sch in schedules]
