@@ -17,7 +17,6 @@ Appends rows to OUT.json and writes OUT.md.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import subprocess
@@ -31,24 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def _packed_candidate(task, trace_json):
-    """The program of `trace_json` on the task with its weight (argument 1) layout-free, packed as
-    the compile packs it (tlm.compiler.pack.packed_schedule); None where RewriteLayout refuses it."""
-    import tvm
-
-    from tlm.compiler.pack import packed_schedule
-    from tlm.measure.measurer import Candidate
-
-    marked = tvm.IRModule({"main": task.mod["main"].with_attr("layout_free_buffers", [1])})
-    sch, packed = packed_schedule(marked, trace_json)
-    if not packed:
-        return None
-    twin = dataclasses.replace(task, hash=task.hash[:-1] + "p", mod_json=tvm.ir.save_json(marked))
-    return Candidate(task=twin, schedule=sch, proposer="bench")
-
-
 def tasks_part(workload: str, db_path: str, top: int, alternations: int = 3) -> list[dict]:
-    from tlm.compiler.pack import COMPILE_PACK_OPS
+    from tlm.compiler.pack import COMPILE_PACK_OPS, packed_candidate
     from tlm.graph.target import resolve_target
     from tlm.graph.tasks import op_names
     from tlm.measure.database import open_db
@@ -67,7 +50,7 @@ def tasks_part(workload: str, db_path: str, top: int, alternations: int = 3) -> 
     for h in convs:
         task = tasks[h]
         trace = db.trace_of(db.compile_record(h, key), task)
-        packed = _packed_candidate(task, trace)
+        packed = packed_candidate(task, trace)
         if packed is None:
             print(f"{workload} {task.name}: RewriteLayout refused the program", flush=True)
             continue

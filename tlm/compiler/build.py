@@ -40,6 +40,9 @@ class CompileConfig:
     fast_math: bool = True  # tlm.graph.passes' vectorizable math (False: TVM's own, for benchmarks)
     prepack: bool | frozenset[str] = True  # pre-packed weights (tlm.graph.passes.layout_free; False: benchmarks)
     pack_convs: bool = True  # conv weights packed at compile time (tlm.compiler.pack; False: benchmarks)
+    # LLVM: each heavy task's best records (this many, < 2: none) re-timed cold on the cores, the
+    # fastest applied (tlm.compiler.cold_pick); kept in the record database for the next compile
+    cold_pick: int = 4
 
 
 @dataclass
@@ -58,6 +61,7 @@ class CompiledModel:
     tuned_tasks: int = 0
     greedy_tasks: int = 0  # tasks compiled with their unmeasured greedy program
     measurements: int = 0
+    cold_measurements: int = 0  # compile-time re-timings of found programs (tlm.compiler.cold_pick)
     threads: int = 1
     target: dict | None = None
     task_rows: list = field(default_factory=list, repr=False)  # see compile_database
@@ -79,7 +83,7 @@ class CompiledModel:
             "latency_ms": self.latency_ms, "pytorch_ms": self.pytorch_ms,
             "onnxruntime_ms": self.onnxruntime_ms, "onnxruntime_note": self.onnxruntime_note,
             "max_abs_diff": self.max_abs_diff, "tolerance": self.tolerance, "matches": self.matches,
-            "measurements": self.measurements, "tasks": self.tasks, "tuned_tasks": self.tuned_tasks,
+            "measurements": self.measurements, "cold_measurements": self.cold_measurements, "tasks": self.tasks, "tuned_tasks": self.tuned_tasks,
             "greedy_tasks": self.greedy_tasks, "threads": self.threads, "artifact": self.artifact,
             "target": self.target, "weighted_task_latency_us": self.weighted_task_latency_us,
             "db": self.db, "budget": self.budget, "tune_s": self.tune_s, "wall_s": self.wall_s,
@@ -207,7 +211,7 @@ def _onnxruntime_ms(imported, threads: int, cfg: CompileConfig) -> tuple[float |
 GREEDY_PLACEHOLDER_S = 1.0
 
 
-def compile_database(database, tasks, target) -> tuple[Any, list[dict[str, Any]]]:
+def compile_database(database, tasks, target, cold=None) -> tuple[Any, list[dict[str, Any]]]:
     """(MetaSchedule database that `build_relax` applies, one row per task).
 
     The MetaSchedule view holds each task's fastest measured record for `target`, plus the
@@ -215,7 +219,9 @@ def compile_database(database, tasks, target) -> tuple[Any, list[dict[str, Any]]
     name, hash, weight, measured (records with a latency or an error), best_us (the applied
     record's one-thread median), status ("tuned", "greedy" or "untuned"), for_threads (the
     applied record is not the one-thread best: the best has no parallel loop to use the target's
-    cores, `Database.fastest_on`).
+    cores, `Database.fastest_on`). `cold` (a tlm.compiler.cold_pick.ColdPickConfig, LLVM targets):
+    the heavy tasks' best records re-timed cold on the cores and the fastest applied; rows then
+    carry cold_us (the applied record's cold median), cold_picked and cold_measured.
     """
     from tvm.s_tir import Schedule
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
@@ -230,6 +236,12 @@ def compile_database(database, tasks, target) -> tuple[Any, list[dict[str, Any]]
     # without a parallel loop runs on one (Database.fastest_on, tlm.space.threads).
     threads = info.cores if info.kind == "llvm" else 1
     picks = {t.hash: database.compile_record(t.hash, info.key, threads) for t in tasks}
+    final = {}
+    if cold is not None and info.kind == "llvm":
+        from tlm.compiler.cold_pick import cold_pick
+
+        final = cold_pick(database, tasks, info, picks, threads, cold)
+        picks.update({h: p.record for h, p in final.items()})
     msdb = database.to_metaschedule(info, records={h: r for h, r in picks.items()
                                                    if r is not None and r.proposer != GREEDY})
     tvm_target = info.tvm()
@@ -256,6 +268,11 @@ def compile_database(database, tasks, target) -> tuple[Any, list[dict[str, Any]]
                      "best_us": best.median_s * 1e6 if best else None, "status": status,
                      # the one-thread best skipped for a record with a parallel loop
                      "for_threads": bool(best and one_thread and one_thread.id != best.id)})
+        if t.hash in final:
+            p = final[t.hash]
+            cold_s = p.cold_s.get(p.record.id)
+            rows[-1].update(cold_us=None if cold_s is None else cold_s * 1e6, cold_picked=p.changed,
+                            cold_measured=p.measured)
     return msdb, rows
 
 
@@ -323,7 +340,12 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
     try:
         if tasks is None:
             tasks = extract_from_relax(imported.mod, info, cfg.fast_math, cfg.prepack)
-        msdb, rows = compile_database(database, tasks, info)
+        cold = None
+        if cfg.cold_pick > 1:
+            from tlm.compiler.cold_pick import ColdPickConfig
+
+            cold = ColdPickConfig(top=cfg.cold_pick)
+        msdb, rows = compile_database(database, tasks, info, cold)
     finally:
         database.close()
     tuned = sum(1 for r in rows if r["status"] == "tuned")
@@ -353,6 +375,7 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
         raise TlmError(explain(err, f"running the compiled model {artifact}", RUN)) from None
     model = CompiledModel(vm=vm, artifact=os.path.abspath(artifact), latency_ms=0.0, max_abs_diff=None,
                           tolerance=None, tasks=len(tasks), tuned_tasks=tuned, measurements=measurements,
+                          cold_measurements=sum(r.get("cold_measured", 0) for r in rows),
                           threads=runtime_threads(), target=info.config, task_rows=rows, db=os.path.abspath(db),
                           greedy_tasks=sum(1 for r in rows if r["status"] == "greedy"))
     if (note := model.untuned_note()) is not None:  # never silent: the user may expect tuned code

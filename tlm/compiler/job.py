@@ -167,8 +167,8 @@ def compile_model(module, example_inputs=None, *, db: str | None = None, target=
 
 
 def _fmt_us(row: dict[str, Any]) -> str:
-    if row["best_us"]:  # "*": not the one-thread best, whose parallel loop uses fewer cores
-        return f"{row['best_us']:.1f}" + ("*" if row.get("for_threads") else "")
+    if row["best_us"]:  # "c": re-picked cold on the cores; "*": not the one-thread best (fewer cores)
+        return f"{row['best_us']:.1f}" + ("c" if row.get("cold_picked") else "*" if row.get("for_threads") else "")
     return "greedy" if row["status"] == "greedy" else "untuned"
 
 
@@ -192,7 +192,9 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         parse_budget(args.budget, 1, allow_zero=True)  # a bad budget fails before the import
     info = resolve_target(args.target)
     imported, tasks = load(args.source, target=info)
-    cfg = CompileConfig(repeat=args.repeat, compare=not args.no_compare)
+    if args.cold_pick < 0:
+        raise TlmError(f"--cold-pick must be 0 or more, not {args.cold_pick}")
+    cfg = CompileConfig(repeat=args.repeat, compare=not args.no_compare, cold_pick=args.cold_pick)
     tcfg = TuneConfig(batch_size=args.batch_size, seed=args.seed, cost_model=args.cost_model)
     progress = not args.json and sys.stderr.isatty() or args.progress
     if info.kind == "cuda":
@@ -221,7 +223,9 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         tasks_table.caption = ("total weighted latency of the tuned tasks: "
                                + ("-" if est is None else f"{est / 1e3:.3f} ms") + " (one thread)"
                                + ("; * a record estimated faster on the cores than the one-thread best"
-                                  if any(r.get("for_threads") for r in model.task_rows) else ""))
+                                  if any(r.get("for_threads") and not r.get("cold_picked") for r in model.task_rows) else "")
+                               + ("; c a record timed faster with its weights cold on the cores (tlm.compiler.cold_pick)"
+                                  if any(r.get("cold_picked") for r in model.task_rows) else ""))
         console.print(tasks_table)
         fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
         table = Table(title=f"{args.source}: {model.tuned_tasks}/{model.tasks} tasks tuned, "
@@ -238,7 +242,12 @@ def _cmd_compile(args: argparse.Namespace) -> int:
             print(f"ONNX Runtime: {model.onnxruntime_note}")
         budget = f", budget {model.budget}" if model.budget is not None else ""
         tuning = f" ({model.tune_s:.1f} s tuning)" if model.tune_s is not None else ""
-        print(f"measurements: {model.measurements}{budget}{model.earlier_note()}; wall time {model.wall_s:.1f} s{tuning}")
+        cold = model.task_rows and [r for r in model.task_rows if "cold_measured" in r]
+        cold = (f"; final pick: {len(cold)} tasks' best records timed cold on {model.threads} threads "
+                f"({model.cold_measurements} re-timings now), {sum(bool(r['cold_picked']) for r in cold)} changed"
+                if cold else "")
+        print(f"measurements: {model.measurements}{budget}{model.earlier_note()}{cold}; wall time "
+              f"{model.wall_s:.1f} s{tuning}")
         print(f"records: {model.db}")
         print(f"artifact: {model.artifact}")
     if (note := model.untuned_note()) is not None:  # on stderr, with --json too
@@ -283,6 +292,9 @@ def register_cli(sub) -> None:
                    help="'host' (default), a GPU name (h100, a100, ...: writes a GPU plan) or a TVM target as JSON")
     p.add_argument("--repeat", type=int, default=10, help="timed repeats (median)")
     p.add_argument("--no-compare", action="store_true", help="skip PyTorch / ONNX Runtime timing")
+    p.add_argument("--cold-pick", type=int, default=CompileConfig.cold_pick, metavar="K",
+                   help="CPU: re-time each heavy task's K best records with their weights cold on the "
+                        "model's threads and apply the fastest (default %(default)s; 0: the records' own pick)")
     p.add_argument("--batch-size", type=int, default=16, help="--budget: candidates measured per batch")
     p.add_argument("--seed", type=int, default=0, help="--budget: sampling seed")
     p.add_argument("--progress", action="store_true", help="show tuning progress even when not a terminal")

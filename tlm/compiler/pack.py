@@ -85,3 +85,22 @@ def pack_records(msdb, target, ops: frozenset[str] = COMPILE_PACK_OPS):
         return mod
 
     return _pass
+
+
+def packed_candidate(task, trace):
+    """A measurer Candidate of the program `trace` on `task` with its weight (argument 1)
+    layout-free and packed as the compile packs it (`packed_schedule`), under a twin hash (its
+    reference is the unpacked task's arguments in the packed layout); None where RewriteLayout
+    refuses the program."""
+    import dataclasses
+
+    import tvm
+
+    from tlm.measure.measurer import Candidate
+
+    marked = tvm.IRModule({"main": task.mod["main"].with_attr("layout_free_buffers", [1])})
+    sch, packed = packed_schedule(marked, trace)
+    if not packed:
+        return None
+    twin = dataclasses.replace(task, hash=task.hash[:-1] + "p", mod_json=tvm.ir.save_json(marked))
+    return Candidate(task=twin, schedule=sch, proposer="pack")
