@@ -101,7 +101,7 @@ def time_with_references(fns: dict, module, x, imported, target, rounds: int, ou
     Runtime on `imported`'s inputs (ms per call, per round); a missing ORT is noted in `out`."""
     import torch
 
-    from tlm.compiler.build import onnxruntime_runner
+    from tlm.compiler.contenders import onnxruntime_runner
     from tlm.eval.timing import interleaved
 
     w, b = module.weight.detach(), module.bias.detach()

@@ -64,7 +64,8 @@ def _vm_server(conn, artifact: str, inputs: list, min_repeat_ms: int) -> None:
     import tvm
     from tvm import relax
 
-    from tlm.compiler.build import median_ms, to_tvm
+    from tlm.compiler.build import to_tvm
+    from tlm.compiler.contenders import median_ms
 
     vm = relax.VirtualMachine(tvm.runtime.load_module(artifact), tvm.cpu())
     args = to_tvm(inputs)
@@ -142,7 +143,8 @@ def time_workload(name: str, artifacts: dict[str, str], rounds: int, one_thread:
     import tvm
     from tvm import relax
 
-    from tlm.compiler.build import median_ms, onnxruntime_runner, to_tvm
+    from tlm.compiler.build import to_tvm
+    from tlm.compiler.contenders import median_ms, onnxruntime_runner
     from tlm.graph.target import runtime_threads
     from tlm.graph.zoo import get_workload
 

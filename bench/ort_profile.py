@@ -60,7 +60,7 @@ def profile(workload: str, rounds: int, threads: int) -> dict:
     from onnx import TensorProto, helper
     from onnxruntime.capi import _pybind_state
 
-    from tlm.compiler.build import median_ms
+    from tlm.compiler.contenders import median_ms
     from tlm.errors import quiet_stderr
     from tlm.graph.zoo import get_workload
 

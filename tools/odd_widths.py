@@ -64,7 +64,7 @@ def compile_one(width: int, budget: str, split: bool, seed: int):
 
 
 def time_ms(fn, repeat: int) -> float:
-    from tlm.compiler.build import median_ms
+    from tlm.compiler.contenders import median_ms
 
     return median_ms(fn, repeat, 100)
 

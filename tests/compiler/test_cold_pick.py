@@ -105,3 +105,27 @@ def test_small_tasks_and_single_programs_keep_their_record(tmp_path, host):
         # big: one program only; small: 0.1% of the model's time
         assert cold_pick(db, [big, small], host, picks, 2, ColdPickConfig(top=4)) == {}
         assert cold_pick(db, [big, small], host, picks, 2, ColdPickConfig(top=1, min_share=0)) == {}
+
+
+@pytest.mark.tvm
+def test_the_whole_model_decides_and_a_wrong_build_never_wins():
+    import numpy as np
+    import tvm
+    from tvm import relax
+    from tvm.script import relax as R
+
+    from tlm.compiler.cold_pick import faster_whole
+
+    @tvm.script.ir_module
+    class Mod:
+        @R.function
+        def main(x: R.Tensor((64, 64), "float32")):
+            return R.matmul(x, x)
+
+    vms = [relax.VirtualMachine(tvm.compile(Mod, target="llvm"), tvm.cpu()) for _ in range(2)]
+    args = [tvm.runtime.tensor(np.ones((64, 64), "float32"))]
+    verdict = faster_whole(vms, args, [True, True], rounds=3, min_repeat_ms=1)
+    assert len(verdict["whole_ms"]) == 2 and all(m > 0 for m in verdict["whole_ms"])
+    assert verdict["applied"] == (verdict["whole_ms"][1] < verdict["whole_ms"][0])
+    assert not faster_whole(vms, args, [True, False], rounds=1, min_repeat_ms=1)["applied"]
+    assert faster_whole(vms, args, [False, True], rounds=1, min_repeat_ms=1)["applied"]

@@ -15,14 +15,13 @@ tlm/compiler/job.py.
 from __future__ import annotations
 
 import os
-import shutil
 import statistics
 import tempfile
-import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
+from tlm.compiler.contenders import onnxruntime_ms, pytorch_ms
 from tlm.errors import TlmError
 
 # Outputs must match the reference within ATOL + RTOL * max|reference| (float32 end to end).
@@ -62,6 +61,7 @@ class CompiledModel:
     greedy_tasks: int = 0  # tasks compiled with their unmeasured greedy program
     measurements: int = 0
     cold_measurements: int = 0  # compile-time re-timings of found programs (tlm.compiler.cold_pick)
+    final_pick: dict | None = field(default=None, repr=False)  # tlm.compiler.cold_pick.faster_whole's verdict
     threads: int = 1
     target: dict | None = None
     task_rows: list = field(default_factory=list, repr=False)  # see compile_database
@@ -83,7 +83,9 @@ class CompiledModel:
             "latency_ms": self.latency_ms, "pytorch_ms": self.pytorch_ms,
             "onnxruntime_ms": self.onnxruntime_ms, "onnxruntime_note": self.onnxruntime_note,
             "max_abs_diff": self.max_abs_diff, "tolerance": self.tolerance, "matches": self.matches,
-            "measurements": self.measurements, "cold_measurements": self.cold_measurements, "tasks": self.tasks, "tuned_tasks": self.tuned_tasks,
+            "measurements": self.measurements, "cold_measurements": self.cold_measurements,
+            "final_pick": self.final_pick and {k: v for k, v in self.final_pick.items() if k != "rows"},
+            "tasks": self.tasks, "tuned_tasks": self.tuned_tasks,
             "greedy_tasks": self.greedy_tasks, "threads": self.threads, "artifact": self.artifact,
             "target": self.target, "weighted_task_latency_us": self.weighted_task_latency_us,
             "db": self.db, "budget": self.budget, "tune_s": self.tune_s, "wall_s": self.wall_s,
@@ -135,75 +137,18 @@ def to_tvm(inputs) -> list:
     return [tvm.runtime.tensor(np.ascontiguousarray(_to_numpy(x)), dev) for x in inputs]
 
 
+def _matches(got, want, cfg: CompileConfig) -> bool:
+    """The model's output within the compile's tolerance of the reference."""
+    import numpy as np
+
+    return got.shape == want.shape and float(np.max(np.abs(got.astype("float64") - want.astype("float64")))) <= (
+        cfg.atol + cfg.rtol * float(np.max(np.abs(want))))
+
+
 def _out_numpy(out):
     if hasattr(out, "numpy"):
         return out.numpy()
     return _out_numpy(out[0])  # a tuple output: the first element is the model's output
-
-
-def median_ms(fn, repeat: int, min_repeat_ms: int) -> float:
-    """Median over `repeat` repeats of the mean of enough calls to last `min_repeat_ms`."""
-    fn()  # warm-up
-    t0 = time.perf_counter()
-    fn()
-    once = max(time.perf_counter() - t0, 1e-6)
-    number = max(1, int(min_repeat_ms / 1e3 / once))
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - t0) / number)
-    return statistics.median(times) * 1e3
-
-
-def _pytorch_ms(module, example_inputs, threads: int, cfg: CompileConfig) -> float:
-    import torch
-
-    torch.set_num_threads(threads)
-    with torch.no_grad():
-        return median_ms(lambda: module(*example_inputs), cfg.repeat, cfg.min_repeat_ms)
-
-
-def onnxruntime_runner(imported, threads: int) -> tuple[Callable[[], Any] | None, str | None]:
-    """A callable running the model in ONNX Runtime on `imported.inputs`; (None, reason) when no
-    ONNX model can be had."""
-    import onnxruntime as ort
-
-    path = imported.onnx_path
-    tmp = None
-    if path is None:
-        import torch
-
-        from tlm.errors import quiet_stderr
-
-        tmp = tempfile.mkdtemp(prefix="tlm-onnx-")
-        path = os.path.join(tmp, "model.onnx")
-        errors = []
-        for dynamo in (False, True):  # the TorchScript exporter needs no extra package
-            try:
-                with torch.no_grad(), quiet_stderr():
-                    torch.onnx.export(imported.torch_module, tuple(imported.example_inputs), path, dynamo=dynamo)
-                break
-            except Exception as err:  # e.g. the dynamo exporter needs `onnxscript`
-                errors.append(str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-            return None, "torch.onnx.export failed: " + " | ".join(errors)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-    if tmp:  # the session holds the model in memory
-        shutil.rmtree(tmp, ignore_errors=True)
-    feed = {i.name: x for i, x in zip(sess.get_inputs(), imported.inputs)}
-    return (lambda: sess.run(None, feed)), None
-
-
-def _onnxruntime_ms(imported, threads: int, cfg: CompileConfig) -> tuple[float | None, str | None]:
-    """ONNX Runtime latency on the same inputs; (None, reason) when no ONNX model can be had."""
-    run, note = onnxruntime_runner(imported, threads)
-    return (None, note) if run is None else (median_ms(run, cfg.repeat, cfg.min_repeat_ms), None)
 
 
 # run_secs given to an unmeasured greedy record in the MetaSchedule view (it is the task's only
@@ -340,42 +285,66 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
     try:
         if tasks is None:
             tasks = extract_from_relax(imported.mod, info, cfg.fast_math, cfg.prepack)
-        cold = None
-        if cfg.cold_pick > 1:
+        variants = [compile_database(database, tasks, info)]  # [(MetaSchedule view, rows)]
+        if cfg.cold_pick > 1 and info.kind == "llvm":
             from tlm.compiler.cold_pick import ColdPickConfig
 
-            cold = ColdPickConfig(top=cfg.cold_pick)
-        msdb, rows = compile_database(database, tasks, info, cold)
+            picked = compile_database(database, tasks, info, ColdPickConfig(top=cfg.cold_pick))
+            variants = variants + [picked] if any(r.get("cold_picked") for r in picked[1]) else [picked]
     finally:
         database.close()
-    tuned = sum(1 for r in rows if r["status"] == "tuned")
-    measurements = sum(r["measured"] for r in rows)
-    try:  # one line naming the stage and the operator (tlm.graph.diagnose), never TVM's last line
-        with quiet_stderr():
-            ex = build_relax(msdb, imported.mod, info, cfg.fast_math, cfg.prepack, cfg.pack_convs)
-    except Exception as err:
-        if interrupted():
-            raise
-        raise TlmError(explain(err, "whole-model build", BUILD, imported.mod, info)) from None
     artifact = output or os.path.join(tempfile.mkdtemp(prefix="tlm-model-"), "model.so")
     os.makedirs(os.path.dirname(os.path.abspath(artifact)), exist_ok=True)
-    try:
-        ex.export_library(artifact)
-    except Exception as err:
-        if interrupted():
-            raise
-        raise TlmError(explain(err, f"saving the compiled model to {artifact}", BUILD)) from None
+    alt = os.path.splitext(artifact)[0] + ".final-pick.so"  # the final pick's build, until it wins
+    want = np.asarray(imported.reference(imported.inputs))
     dev = tvm.cpu()
-    try:
-        vm = relax.VirtualMachine(tvm.runtime.load_module(artifact), dev)  # check the saved artifact
-        got = _out_numpy(vm["main"](*to_tvm(imported.inputs)))
-    except Exception as err:
-        if interrupted():
-            raise
-        raise TlmError(explain(err, f"running the compiled model {artifact}", RUN)) from None
+    built = []  # (vm, output, rows)
+    for i, (msdb, rows) in enumerate(variants):
+        path = artifact if i == 0 else alt
+        try:  # one line naming the stage and the operator (tlm.graph.diagnose), never TVM's last line
+            with quiet_stderr():
+                ex = build_relax(msdb, imported.mod, info, cfg.fast_math, cfg.prepack, cfg.pack_convs)
+        except Exception as err:
+            if interrupted():
+                raise
+            raise TlmError(explain(err, "whole-model build", BUILD, imported.mod, info)) from None
+        try:
+            ex.export_library(path)
+        except Exception as err:
+            if interrupted():
+                raise
+            raise TlmError(explain(err, f"saving the compiled model to {path}", BUILD)) from None
+        try:
+            vm = relax.VirtualMachine(tvm.runtime.load_module(path), dev)  # check the saved artifact
+            got = _out_numpy(vm["main"](*to_tvm(imported.inputs)))
+        except Exception as err:
+            if interrupted():
+                raise
+            raise TlmError(explain(err, f"running the compiled model {path}", RUN)) from None
+        built.append((vm, got, rows))
+    args = [tvm.runtime.tensor(np.ascontiguousarray(x), dev) for x in imported.inputs]
+    final_pick = None
+    if len(built) == 2:  # the final pick is kept only where the whole model, checked, runs faster
+        from tlm.compiler.cold_pick import faster_whole
+
+        final_pick = faster_whole([b[0] for b in built], args, [_matches(b[1], want, cfg) for b in built])
+        chosen = built[1 if final_pick["applied"] else 0]
+        if final_pick["applied"]:
+            os.replace(alt, artifact)
+        else:
+            os.remove(alt)
+        final_pick["rows"] = built[1][2]
+        if not final_pick["checked"][1]:  # never silent: a checked record built into a wrong model
+            warnings.warn("the final pick's build did not match the reference: the records' own pick is applied",
+                          stacklevel=2)
+        built = [chosen]
+    vm, got, rows = built[0]
+    tuned = sum(1 for r in rows if r["status"] == "tuned")
+    measurements = sum(r["measured"] for r in rows)
     model = CompiledModel(vm=vm, artifact=os.path.abspath(artifact), latency_ms=0.0, max_abs_diff=None,
                           tolerance=None, tasks=len(tasks), tuned_tasks=tuned, measurements=measurements,
-                          cold_measurements=sum(r.get("cold_measured", 0) for r in rows),
+                          cold_measurements=sum(r.get("cold_measured", 0) for r in (final_pick or {}).get("rows", rows)),
+                          final_pick=final_pick,
                           threads=runtime_threads(), target=info.config, task_rows=rows, db=os.path.abspath(db),
                           greedy_tasks=sum(1 for r in rows if r["status"] == "greedy"))
     if (note := model.untuned_note()) is not None:  # never silent: the user may expect tuned code
@@ -383,19 +352,19 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
     if info.kind == "llvm" and model.threads < (cores := physical_cores()):  # PyTorch and ONNX Runtime get as many
         warnings.warn(f"TVM runs this model on {model.threads} of this host's {cores} cores (its thread pool "
                       "started before tlm was imported, or TVM_NUM_THREADS/OMP_NUM_THREADS says so)", stacklevel=2)
-    want = np.asarray(imported.reference(imported.inputs))
     if got.shape != want.shape:
         raise TlmError(f"compiled output shape {got.shape} differs from the reference {want.shape}")
     model.max_abs_diff = float(np.max(np.abs(got.astype("float64") - want.astype("float64"))))
     model.tolerance = cfg.atol + cfg.rtol * float(np.max(np.abs(want)))
-    args = [tvm.runtime.tensor(np.ascontiguousarray(x), dev) for x in imported.inputs]
     timer = vm.time_evaluator("main", dev, number=1, repeat=cfg.repeat, min_repeat_ms=cfg.min_repeat_ms)
     model.latency_ms = float(statistics.median(timer(*args).results)) * 1e3
     if cfg.compare:
         if imported.torch_module is not None:
-            model.pytorch_ms = _pytorch_ms(imported.torch_module, imported.example_inputs, model.threads, cfg)
+            model.pytorch_ms = pytorch_ms(imported.torch_module, imported.example_inputs, model.threads, cfg.repeat,
+                                              cfg.min_repeat_ms)
         try:
-            model.onnxruntime_ms, model.onnxruntime_note = _onnxruntime_ms(imported, model.threads, cfg)
+            model.onnxruntime_ms, model.onnxruntime_note = onnxruntime_ms(imported, model.threads, cfg.repeat,
+                                                                             cfg.min_repeat_ms)
         except Exception as err:  # a comparison that cannot run is reported, not fatal
             model.onnxruntime_note = f"{type(err).__name__}: {str(err).strip()[:200]}"
     return model

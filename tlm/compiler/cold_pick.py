@@ -140,3 +140,22 @@ def cold_pick(database, tasks, info, picks: dict[str, Any], threads: int,
         if timed and (base is None or min(timed)[0] < base * (1 - cfg.margin)):
             p.record = p.options[min(timed)[1]]
     return out
+
+
+def faster_whole(vms: list, args: list, checked: list[bool], rounds: int = 7, min_repeat_ms: int = 50) -> dict[str, Any]:
+    """Whether the final pick's build (vms[1]) is kept over the records' own (vms[0]): both whole
+    models timed in `rounds` interleaved rounds (TVM's timer, `min_repeat_ms` each), medians; it
+    is kept when it runs faster and its output matched the reference (`checked`). The verdict:
+    applied, whole_ms [records' pick, final pick], checked."""
+    import statistics
+
+    import tvm
+
+    timers = [vm.time_evaluator("main", tvm.cpu(), number=1, repeat=1, min_repeat_ms=min_repeat_ms) for vm in vms]
+    times: list[list[float]] = [[] for _ in vms]
+    for _ in range(rounds):
+        for t, f in zip(times, timers):
+            t.append(f(*args).mean * 1e3)
+    ms = [statistics.median(t) for t in times]
+    return {"applied": bool(checked[1] and (ms[1] < ms[0] or not checked[0])), "whole_ms": [round(m, 4) for m in ms],
+            "checked": list(checked)}

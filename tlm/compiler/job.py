@@ -242,10 +242,13 @@ def _cmd_compile(args: argparse.Namespace) -> int:
             print(f"ONNX Runtime: {model.onnxruntime_note}")
         budget = f", budget {model.budget}" if model.budget is not None else ""
         tuning = f" ({model.tune_s:.1f} s tuning)" if model.tune_s is not None else ""
-        cold = model.task_rows and [r for r in model.task_rows if "cold_measured" in r]
-        cold = (f"; final pick: {len(cold)} tasks' best records timed cold on {model.threads} threads "
-                f"({model.cold_measurements} re-timings now), {sum(bool(r['cold_picked']) for r in cold)} changed"
-                if cold else "")
+        cold = ""
+        if (rows := [r for r in (model.final_pick or {}).get("rows", model.task_rows) if "cold_measured" in r]):
+            fp = model.final_pick
+            cold = (f"; final pick: {len(rows)} tasks' best records timed cold on {model.threads} threads "
+                    f"({model.cold_measurements} re-timings now), {sum(bool(r['cold_picked']) for r in rows)} changed"
+                    + (f", whole model {fp['whole_ms'][1]:.3g} ms against {fp['whole_ms'][0]:.3g}: "
+                       + ("applied" if fp["applied"] else "not applied") if fp else ""))
         print(f"measurements: {model.measurements}{budget}{model.earlier_note()}{cold}; wall time "
               f"{model.wall_s:.1f} s{tuning}")
         print(f"records: {model.db}")

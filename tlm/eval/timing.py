@@ -11,7 +11,7 @@ def reference_runners(imported, threads: int) -> tuple[dict[str, Callable], str 
     """What a user would run instead, on the model's example inputs: {"pytorch": eager,
     "onnxruntime": a session on `threads`} (each where it can be had), and why ONNX Runtime is
     missing (None when it is there)."""
-    from tlm.compiler.build import onnxruntime_runner
+    from tlm.compiler.contenders import onnxruntime_runner
 
     fns: dict[str, Callable] = {}
     if imported.torch_module is not None:
