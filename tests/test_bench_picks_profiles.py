@@ -1,5 +1,5 @@
 """bench/parallel_pick.py: `one_thread_picks` restores the one-thread best (every gain 1) and puts
-the estimate back after; its table and bench/ort_profile.py's list what each row holds (fast, no
+the estimate back after; its table, bench/final_pick.py's and bench/ort_profile.py's list what each row holds (fast, no
 TVM build)."""
 
 import sys
@@ -41,3 +41,16 @@ def test_ort_profile_table(tmp_path):
     text = out.with_suffix(".md").read_text()
     assert "| d | h | c | w | 3 | 2 | 2.200 | 2.300 | 2.000 | 1.10 | 5 |" in text
     assert "| `/conv` | Conv | 0.500 | 0.300 |" in text
+
+
+def test_final_pick_table(tmp_path):
+    import final_pick
+
+    row = {"date": "d", "hardware": "h", "commit": "c", "records": "r", "workload": "w", "records_ms": 2.1,
+           "final_ms": 2.0, "verdict": "applied", "compile_whole_ms": [2.05, 1.98], "timed_tasks": 9,
+           "changed": ["a", "b"], "retimings": 36, "compile_s": [10.0, 30.5], "round_trip_ns": 80.0, "rounds": 5}
+    out = tmp_path / "fp"
+    final_pick.write([row, {**row, "verdict": "no task changed", "compile_whole_ms": None, "changed": []}], out)
+    text = out.with_suffix(".md").read_text()
+    assert "| w | 2.100 | 2.000 | 1.050x | applied | 2.050 / 1.980 | 2 of 9 | 36 | 10.0 / 30.5 | 80.0 | 5 |" in text
+    assert "| no task changed | - | 0 of 9 |" in text
