@@ -96,7 +96,10 @@ def compile_workload(name: str, budget: str | None, db: str | None, out: Path) -
                         config=CompileConfig(compare=False, repeat=3))
     return {"artifact": str(out), "matches": model.matches, "max_abs_diff": model.max_abs_diff,
             "tasks": model.tasks, "tuned_tasks": model.tuned_tasks, "greedy_tasks": model.greedy_tasks,
-            "measurements": model.measurements, "compile_s": round(time.perf_counter() - t0, 1)}
+            "measurements": model.measurements, "compile_s": round(time.perf_counter() - t0, 1),
+            # the final pick (tlm.compiler.cold_pick): kept or not, both builds' whole-model ms
+            "cold_measurements": model.cold_measurements,
+            "final_pick": model.final_pick and {k: v for k, v in model.final_pick.items() if k != "rows"}}
 
 
 def _db_from_shards(shards: str, db_dir: Path) -> str:
