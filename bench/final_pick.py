@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from parallel_pick import _source  # bench/ is on the path when a bench script runs
-from xcore import interleaved_ms
+from xcore import interleaved_ms, write_table
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -78,16 +78,13 @@ HEADER = ("date | hardware | commit | records | workload | records' pick ms | de
 
 
 def write(rows: list[dict], out: Path) -> None:
-    lines = ["# The final pick (tlm.compiler.cold_pick)", "",
-             "Command: `python bench/final_pick.py` (see the script's docstring). Medians in ms of whole models "
-             "compiled from the same records, both checked against PyTorch and timed interleaved: `records' pick` "
-             "is `tlm compile --cold-pick 0`, `default compile` is `tlm compile` (each heavy task's 4 best records "
-             "re-timed cold on the cores; the final pick's build kept only where the compile's own interleaved "
-             "rounds find the whole model faster, else the records' pick). speedup: records' pick over default.",
-             "", f"| {HEADER} |", "|" + "---|" * (HEADER.count("|") + 1)]
-    lines += ["| " + " | ".join(str(c) for c in _cells(r)) + " |" for r in rows]
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+    write_table(out, "The final pick (tlm.compiler.cold_pick)",
+                "Command: `python bench/final_pick.py` (see the script's docstring). Medians in ms of whole models "
+                "compiled from the same records, both checked against PyTorch and timed interleaved: `records' pick` "
+                "is `tlm compile --cold-pick 0`, `default compile` is `tlm compile` (each heavy task's 4 best records "
+                "re-timed cold on the cores; the final pick's build kept only where the compile's own interleaved "
+                "rounds find the whole model faster, else the records' pick). speedup: records' pick over default.",
+                HEADER, _cells, rows)
 
 
 def main(argv: list[str] | None = None) -> int:

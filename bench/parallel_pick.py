@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from xcore import interleaved_ms  # bench/ is on the path when a bench script runs
+from xcore import interleaved_ms, write_table  # bench/ is on the path when a bench script runs
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -107,16 +107,13 @@ HEADER = ("date | hardware | commit | records | workload | one-thread picks ms |
 
 
 def write(rows: list[dict], out: Path) -> None:
-    lines = ["# Picks for the model's threads (tlm.space.threads)", "",
-             "Command: `python bench/parallel_pick.py` (see the script's docstring). Medians in ms of whole "
-             "models, both builds checked against PyTorch; speedup: one-thread picks' time over the threads "
-             "picks'. `records` `budget 0`: tuned at budget 0 for each build (the cost model's ranking with and "
-             "without each program's gain on the cores; greedy picks are not listed as re-picked); the budget-0 rows "
-             "of d48b063 ranked by the exact gain (`speedup`), later ones by `coarse_speedup`.", "",
-             f"| {HEADER} |", "|" + "---|" * (HEADER.count("|") + 1)]
-    lines += ["| " + " | ".join(str(c) for c in _cells(r)) + " |" for r in rows]
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+    write_table(out, "Picks for the model's threads (tlm.space.threads)",
+                "Command: `python bench/parallel_pick.py` (see the script's docstring). Medians in ms of whole "
+                "models, both builds checked against PyTorch; speedup: one-thread picks' time over the threads "
+                "picks'. `records` `budget 0`: tuned at budget 0 for each build (the cost model's ranking with and "
+                "without each program's gain on the cores; greedy picks are not listed as re-picked); the budget-0 rows "
+                "of d48b063 ranked by the exact gain (`speedup`), later ones by `coarse_speedup`.",
+                HEADER, _cells, rows)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -112,6 +112,17 @@ def split_by_placement(trips: list, items: list) -> tuple[list, list]:
     return near, far
 
 
+def write_table(out: Path, title: str, intro: str, header: str, cells, rows: list[dict]) -> None:
+    """OUT.md (a title, an intro paragraph and one table row per result, `cells(row)` its cells)
+    and OUT.json (the rows): the results files of the whole-model A/B benches."""
+    import json
+
+    lines = [f"# {title}", "", intro, "", f"| {header} |", "|" + "---|" * (header.count("|") + 1)]
+    lines += ["| " + " | ".join(str(c) for c in cells(r)) + " |" for r in rows]
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+
+
 def interleaved_ms(vms: dict, args: list, rounds: int) -> tuple[dict[str, float], float | None]:
     """Each Relax VM of `vms` called back to back for 200 ms by TVM's timer, the VMs in turn round
     by round with each round's round trip first: (median ms per key, median round trip ns)."""
