@@ -184,6 +184,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         raise TlmError("give --db DIR (a tuned record database) or --budget B|Kg (tune with the TLM tuner first)")
     if args.budget is None and args.model is not None:
         raise TlmError("--model needs --budget (it tunes the tasks first)")
+    if args.cold_pick < 0:
+        raise TlmError(f"--cold-pick must be 0 or more, not {args.cold_pick}")
     if args.budget is None and not os.path.isdir(args.db):
         raise TlmError(f"no record database directory {args.db}")
     if args.budget is not None:
@@ -192,8 +194,6 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         parse_budget(args.budget, 1, allow_zero=True)  # a bad budget fails before the import
     info = resolve_target(args.target)
     imported, tasks = load(args.source, target=info)
-    if args.cold_pick < 0:
-        raise TlmError(f"--cold-pick must be 0 or more, not {args.cold_pick}")
     cfg = CompileConfig(repeat=args.repeat, compare=not args.no_compare, cold_pick=args.cold_pick)
     tcfg = TuneConfig(batch_size=args.batch_size, seed=args.seed, cost_model=args.cost_model)
     progress = not args.json and sys.stderr.isatty() or args.progress
