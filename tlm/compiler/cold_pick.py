@@ -79,7 +79,6 @@ def _program(rec) -> str:
 
 
 def _stored(database, h: str, key: str, threads: int) -> dict[int, float | None]:
-    database.transaction(lambda c: c.execute(_TABLE))
     rows = database.query("SELECT record_id, median_s FROM cold_times WHERE task_hash = ? AND target_key = ? "
                           "AND threads = ?", (h, key, threads))
     return {r["record_id"]: r["median_s"] for r in rows}
@@ -100,12 +99,16 @@ def cold_pick(database, tasks, info, picks: dict[str, Any], threads: int,
     weighted = {t.hash: t.weight * picks[t.hash].median_s for t in tasks
                 if picks.get(t.hash) is not None and picks[t.hash].proposer != GREEDY and picks[t.hash].median_s}
     total = sum(weighted.values())
+    if cfg.top < 2 or not weighted:
+        return {}
+    database.transaction(lambda c: c.execute(_TABLE))
     out: dict[str, ColdPick] = {}
     todo: list[tuple[Any, list]] = []  # (task, [(record, Candidate)]) to time
     for t in tasks:
-        if cfg.top < 2 or t.hash not in weighted or weighted[t.hash] < cfg.min_share * total:
+        if t.hash not in weighted or weighted[t.hash] < cfg.min_share * total:
             continue
-        recs = [r for r in candidates(database, t, key, picks[t.hash], cfg.top) if database.trace_of(r, t) is not None]
+        traced = [(r, database.trace_of(r, t)) for r in candidates(database, t, key, picks[t.hash], cfg.top)]
+        recs = [r for r, trace in traced if trace is not None]
         if len(recs) < 2 or recs[0] is not picks[t.hash]:
             continue
         stored = _stored(database, t.hash, key, threads)
@@ -114,8 +117,8 @@ def cold_pick(database, tasks, info, picks: dict[str, Any], threads: int,
                                    {r.id: r for r in recs})
             continue
         pack = bool(COMPILE_PACK_OPS & set(op_names(t.name)))
-        todo.append((t, [(r, (packed_candidate(t, database.trace_of(r, t)) if pack else None)
-                          or Candidate(task=t, trace=database.trace_of(r, t), proposer="cold-pick")) for r in recs]))
+        todo.append((t, [(r, (packed_candidate(t, trace) if pack else None)
+                          or Candidate(task=t, trace=trace, proposer="cold-pick")) for r, trace in traced if trace is not None]))
     if todo:
         measurer = Measurer(info, MeasureConfig(threads=threads, number=1, repeat=cfg.repeat, min_repeat_ms=0,
                                                 rounds=cfg.rounds, remeasure_top=0))
