@@ -50,16 +50,14 @@ def whole(workload: str, db: str, rounds: int, out_dir: Path) -> dict:
     models["final"] = _compile(workload, db, 4, out_dir / f"{workload}-final.so")
     t2 = time.perf_counter()
     fp = models["final"].final_pick or {}
-    rows = fp.get("rows", models["final"].task_rows)
     args = [tvm.runtime.tensor(x, tvm.cpu()) for x in _source(workload)[1]]
     med, trip = interleaved_ms({k: m.vm for k, m in models.items()}, args, rounds)
-    verdict = ("applied" if fp.get("applied") else "not applied") if fp else "no task changed"
+    verdict = ("applied" if fp["applied"] else "not applied") if "whole_ms" in fp else "no task changed"
     print(f"{workload}: records' pick {med['records']:.3f} ms, default compile {med['final']:.3f} ms "
           f"({med['records'] / med['final']:.3f}x; final pick {verdict})", flush=True)
     return {"workload": workload, "records_ms": round(med["records"], 4), "final_ms": round(med["final"], 4),
             "verdict": verdict, "compile_whole_ms": fp.get("whole_ms"),
-            "timed_tasks": sum(1 for r in rows if "cold_measured" in r),
-            "changed": sorted(r["name"] for r in rows if r.get("cold_picked")),
+            "timed_tasks": len(fp.get("timed", [])), "changed": sorted(fp.get("changed", [])),
             "retimings": models["final"].cold_measurements,
             "compile_s": [round(t1 - t0, 1), round(t2 - t1, 1)], "round_trip_ns": trip, "rounds": rounds}
 

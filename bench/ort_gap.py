@@ -99,7 +99,7 @@ def compile_workload(name: str, budget: str | None, db: str | None, out: Path) -
             "measurements": model.measurements, "compile_s": round(time.perf_counter() - t0, 1),
             # the final pick (tlm.compiler.cold_pick): kept or not, both builds' whole-model ms
             "cold_measurements": model.cold_measurements,
-            "final_pick": model.final_pick and {k: v for k, v in model.final_pick.items() if k != "rows"}}
+            "final_pick": model.final_pick}
 
 
 def _db_from_shards(shards: str, db_dir: Path) -> str:

@@ -61,7 +61,9 @@ class CompiledModel:
     greedy_tasks: int = 0  # tasks compiled with their unmeasured greedy program
     measurements: int = 0
     cold_measurements: int = 0  # compile-time re-timings of found programs (tlm.compiler.cold_pick)
-    final_pick: dict | None = field(default=None, repr=False)  # tlm.compiler.cold_pick.faster_whole's verdict
+    # the final pick (tlm.compiler.cold_pick): timed and changed task names, and where two builds
+    # were timed, faster_whole's verdict (applied, whole_ms, checked)
+    final_pick: dict | None = field(default=None, repr=False)
     threads: int = 1
     target: dict | None = None
     task_rows: list = field(default_factory=list, repr=False)  # see compile_database
@@ -84,7 +86,7 @@ class CompiledModel:
             "onnxruntime_ms": self.onnxruntime_ms, "onnxruntime_note": self.onnxruntime_note,
             "max_abs_diff": self.max_abs_diff, "tolerance": self.tolerance, "matches": self.matches,
             "measurements": self.measurements, "cold_measurements": self.cold_measurements,
-            "final_pick": self.final_pick and {k: v for k, v in self.final_pick.items() if k != "rows"},
+            "final_pick": self.final_pick,
             "tasks": self.tasks, "tuned_tasks": self.tuned_tasks,
             "greedy_tasks": self.greedy_tasks, "threads": self.threads, "artifact": self.artifact,
             "target": self.target, "weighted_task_latency_us": self.weighted_task_latency_us,
@@ -137,12 +139,13 @@ def to_tvm(inputs) -> list:
     return [tvm.runtime.tensor(np.ascontiguousarray(_to_numpy(x)), dev) for x in inputs]
 
 
-def _matches(got, want, cfg: CompileConfig) -> bool:
-    """The model's output within the compile's tolerance of the reference."""
+def _max_abs_diff(got, want) -> float:
+    """Largest difference of the model's output from the reference (inf when the shapes differ)."""
     import numpy as np
 
-    return got.shape == want.shape and float(np.max(np.abs(got.astype("float64") - want.astype("float64")))) <= (
-        cfg.atol + cfg.rtol * float(np.max(np.abs(want))))
+    if got.shape != want.shape:
+        return float("inf")
+    return float(np.max(np.abs(got.astype("float64") - want.astype("float64"))))
 
 
 def _out_numpy(out):
@@ -156,7 +159,19 @@ def _out_numpy(out):
 GREEDY_PLACEHOLDER_S = 1.0
 
 
-def compile_database(database, tasks, target, cold=None) -> tuple[Any, list[dict[str, Any]]]:
+def task_picks(database, tasks, target) -> dict[str, Any]:
+    """Task hash -> the record a compile applies (`Database.compile_record`, or None): records are
+    timed on one thread; the model runs on the target's cores, where a record without a parallel
+    loop runs on one (Database.fastest_on, tlm.space.threads)."""
+    from tlm.graph.target import resolve_target
+
+    info = resolve_target(target)
+    threads = info.cores if info.kind == "llvm" else 1
+    return {t.hash: database.compile_record(t.hash, info.key, threads) for t in tasks}
+
+
+def compile_database(database, tasks, target, picks: dict[str, Any] | None = None,
+                     final: dict[str, Any] | None = None) -> tuple[Any, list[dict[str, Any]]]:
     """(MetaSchedule database that `build_relax` applies, one row per task).
 
     The MetaSchedule view holds each task's fastest measured record for `target`, plus the
@@ -164,9 +179,9 @@ def compile_database(database, tasks, target, cold=None) -> tuple[Any, list[dict
     name, hash, weight, measured (records with a latency or an error), best_us (the applied
     record's one-thread median), status ("tuned", "greedy" or "untuned"), for_threads (the
     applied record is not the one-thread best: the best has no parallel loop to use the target's
-    cores, `Database.fastest_on`). `cold` (a tlm.compiler.cold_pick.ColdPickConfig, LLVM targets):
-    the heavy tasks' best records re-timed cold on the cores and the fastest applied; rows then
-    carry cold_us (the applied record's cold median), cold_picked and cold_measured.
+    cores, `Database.fastest_on`). `picks`: the records to apply (default `task_picks`); `final`
+    (task hash -> tlm.compiler.cold_pick.ColdPick): those tasks' rows carry cold_us (the applied
+    record's cold median), cold_picked and cold_measured.
     """
     from tvm.s_tir import Schedule
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
@@ -177,16 +192,8 @@ def compile_database(database, tasks, target, cold=None) -> tuple[Any, list[dict
     from tlm.measure.database import GREEDY
 
     info = resolve_target(target)
-    # Records are timed on one thread; the model runs on the target's cores, where a record
-    # without a parallel loop runs on one (Database.fastest_on, tlm.space.threads).
-    threads = info.cores if info.kind == "llvm" else 1
-    picks = {t.hash: database.compile_record(t.hash, info.key, threads) for t in tasks}
-    final = {}
-    if cold is not None and info.kind == "llvm":
-        from tlm.compiler.cold_pick import cold_pick
-
-        final = cold_pick(database, tasks, info, picks, threads, cold)
-        picks.update({h: p.record for h, p in final.items()})
+    picks = task_picks(database, tasks, info) if picks is None else picks
+    final = final or {}
     msdb = database.to_metaschedule(info, records={h: r for h, r in picks.items()
                                                    if r is not None and r.proposer != GREEDY})
     tvm_target = info.tvm()
@@ -285,18 +292,23 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
     try:
         if tasks is None:
             tasks = extract_from_relax(imported.mod, info, cfg.fast_math, cfg.prepack)
-        variants = [compile_database(database, tasks, info)]  # [(MetaSchedule view, rows)]
+        picks, final = task_picks(database, tasks, info), {}
         if cfg.cold_pick > 1 and info.kind == "llvm":
-            from tlm.compiler.cold_pick import ColdPickConfig
+            from tlm.compiler.cold_pick import ColdPickConfig, cold_pick
 
-            picked = compile_database(database, tasks, info, ColdPickConfig(top=cfg.cold_pick))
-            variants = variants + [picked] if any(r.get("cold_picked") for r in picked[1]) else [picked]
+            final = cold_pick(database, tasks, info, picks, info.cores, ColdPickConfig(top=cfg.cold_pick))
+        changed = {h: p.record for h, p in final.items() if p.changed}
+        # [(MetaSchedule view, rows)]: the records' own pick, and the final pick's where it changed any
+        variants = [compile_database(database, tasks, info, picks, None if changed else final)]
+        if changed:
+            variants.append(compile_database(database, tasks, info, {**picks, **changed}, final))
     finally:
         database.close()
     artifact = output or os.path.join(tempfile.mkdtemp(prefix="tlm-model-"), "model.so")
     os.makedirs(os.path.dirname(os.path.abspath(artifact)), exist_ok=True)
     alt = os.path.splitext(artifact)[0] + ".final-pick.so"  # the final pick's build, until it wins
     want = np.asarray(imported.reference(imported.inputs))
+    tolerance = cfg.atol + cfg.rtol * float(np.max(np.abs(want)))
     dev = tvm.cpu()
     built = []  # (vm, output, rows)
     for i, (msdb, rows) in enumerate(variants):
@@ -323,17 +335,18 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
             raise TlmError(explain(err, f"running the compiled model {path}", RUN)) from None
         built.append((vm, got, rows))
     args = [tvm.runtime.tensor(np.ascontiguousarray(x), dev) for x in imported.inputs]
-    final_pick = None
+    final_pick = final and {"timed": [t.name for t in tasks if t.hash in final],
+                            "changed": [t.name for t in tasks if t.hash in changed]}
     if len(built) == 2:  # the final pick is kept only where the whole model, checked, runs faster
         from tlm.compiler.cold_pick import faster_whole
 
-        final_pick = faster_whole([b[0] for b in built], args, [_matches(b[1], want, cfg) for b in built])
+        final_pick.update(faster_whole([b[0] for b in built], args,
+                                       [_max_abs_diff(b[1], want) <= tolerance for b in built]))
         chosen = built[1 if final_pick["applied"] else 0]
         if final_pick["applied"]:
             os.replace(alt, artifact)
         else:
             os.remove(alt)
-        final_pick["rows"] = built[1][2]
         if not final_pick["checked"][1]:  # never silent: a checked record built into a wrong model
             warnings.warn("the final pick's build did not match the reference: the records' own pick is applied",
                           stacklevel=2)
@@ -343,8 +356,7 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
     measurements = sum(r["measured"] for r in rows)
     model = CompiledModel(vm=vm, artifact=os.path.abspath(artifact), latency_ms=0.0, max_abs_diff=None,
                           tolerance=None, tasks=len(tasks), tuned_tasks=tuned, measurements=measurements,
-                          cold_measurements=sum(r.get("cold_measured", 0) for r in (final_pick or {}).get("rows", rows)),
-                          final_pick=final_pick,
+                          cold_measurements=sum(p.measured for p in final.values()), final_pick=final_pick or None,
                           threads=runtime_threads(), target=info.config, task_rows=rows, db=os.path.abspath(db),
                           greedy_tasks=sum(1 for r in rows if r["status"] == "greedy"))
     if (note := model.untuned_note()) is not None:  # never silent: the user may expect tuned code
@@ -354,8 +366,7 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
                       "started before tlm was imported, or TVM_NUM_THREADS/OMP_NUM_THREADS says so)", stacklevel=2)
     if got.shape != want.shape:
         raise TlmError(f"compiled output shape {got.shape} differs from the reference {want.shape}")
-    model.max_abs_diff = float(np.max(np.abs(got.astype("float64") - want.astype("float64"))))
-    model.tolerance = cfg.atol + cfg.rtol * float(np.max(np.abs(want)))
+    model.max_abs_diff, model.tolerance = _max_abs_diff(got, want), tolerance
     timer = vm.time_evaluator("main", dev, number=1, repeat=cfg.repeat, min_repeat_ms=cfg.min_repeat_ms)
     model.latency_ms = float(statistics.median(timer(*args).results)) * 1e3
     if cfg.compare:

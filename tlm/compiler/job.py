@@ -243,12 +243,11 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         budget = f", budget {model.budget}" if model.budget is not None else ""
         tuning = f" ({model.tune_s:.1f} s tuning)" if model.tune_s is not None else ""
         cold = ""
-        if (rows := [r for r in (model.final_pick or {}).get("rows", model.task_rows) if "cold_measured" in r]):
-            fp = model.final_pick
-            cold = (f"; final pick: {len(rows)} tasks' best records timed cold on {model.threads} threads "
-                    f"({model.cold_measurements} re-timings now), {sum(bool(r['cold_picked']) for r in rows)} changed"
+        if fp := model.final_pick:
+            cold = (f"; final pick: {len(fp['timed'])} tasks' best records timed cold on {model.threads} threads "
+                    f"({model.cold_measurements} re-timings now), {len(fp['changed'])} changed"
                     + (f", whole model {fp['whole_ms'][1]:.3g} ms against {fp['whole_ms'][0]:.3g}: "
-                       + ("applied" if fp["applied"] else "not applied") if fp else ""))
+                       + ("applied" if fp["applied"] else "not applied") if "whole_ms" in fp else ""))
         print(f"measurements: {model.measurements}{budget}{model.earlier_note()}{cold}; wall time "
               f"{model.wall_s:.1f} s{tuning}")
         print(f"records: {model.db}")
