@@ -307,8 +307,6 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
     artifact = output or os.path.join(tempfile.mkdtemp(prefix="tlm-model-"), "model.so")
     os.makedirs(os.path.dirname(os.path.abspath(artifact)), exist_ok=True)
     alt = os.path.splitext(artifact)[0] + ".final-pick.so"  # the final pick's build, until it wins
-    want = np.asarray(imported.reference(imported.inputs))
-    tolerance = cfg.atol + cfg.rtol * float(np.max(np.abs(want)))
     dev = tvm.cpu()
     built = []  # (vm, output, rows)
     for i, (msdb, rows) in enumerate(variants):
@@ -334,6 +332,8 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
                 raise
             raise TlmError(explain(err, f"running the compiled model {path}", RUN)) from None
         built.append((vm, got, rows))
+    want = np.asarray(imported.reference(imported.inputs))  # after the builds: a failing build says so first
+    tolerance = cfg.atol + cfg.rtol * float(np.max(np.abs(want)))
     args = [tvm.runtime.tensor(np.ascontiguousarray(x), dev) for x in imported.inputs]
     final_pick = final and {"timed": [t.name for t in tasks if t.hash in final],
                             "changed": [t.name for t in tasks if t.hash in changed]}
