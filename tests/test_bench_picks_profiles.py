@@ -1,6 +1,6 @@
 """bench/parallel_pick.py: `one_thread_picks` restores the one-thread best (every gain 1) and puts
-the estimate back after; its table, bench/final_pick.py's and bench/ort_profile.py's list what each row holds (fast, no
-TVM build)."""
+the estimate back after; its table, bench/final_pick.py's, bench/ort_profile.py's and bench/cold_gemm.py's list what
+each row holds (fast, no TVM build); cold_gemm's ONNX Runtime kernel is checked against numpy and timed both ways."""
 
 import sys
 from pathlib import Path
@@ -54,3 +54,18 @@ def test_final_pick_table(tmp_path):
     text = out.with_suffix(".md").read_text()
     assert "| w | 2.100 | 2.000 | 1.050x | applied | 2.050 / 1.980 | 2 of 9 | 36 | 10.0 / 30.5 | 80.0 | 5 |" in text
     assert "| no task changed | - | 0 of 9 |" in text
+
+
+def test_cold_gemm_contender_and_table(tmp_path):
+    import cold_gemm
+
+    call, x = cold_gemm._ort_kernel(4, 8, 3, 1)  # raises where ONNX Runtime's result differs from numpy's
+    for cold in (False, True):
+        assert cold_gemm._time(call, lambda: x.__iadd__(0), lambda: None, cold, calls=3) > 0
+    row = {"date": "d", "hardware": "h", "commit": "c", "db": "dbs/w", "task": "fused_matmul", "calls_per_model": 12, "m": 128,
+           "k": 3072, "n": 768, "weights_mib": 9.0, "tlm_warm_ms": 1.25, "tlm_cold_ms": 1.35, "ort_warm_ms": 1.3,
+           "ort_cold_ms": 1.5, "rounds": 5}
+    out = tmp_path / "cg"
+    cold_gemm.write([row], out)
+    assert "| `dbs/w` | `fused_matmul` (x12) | 128 x 3072 x 768 | 9.0 | 1.250 | 1.350 | +0.100 | 1.300 | 1.500 | +0.200 | 5 |" \
+        in out.with_suffix(".md").read_text()
