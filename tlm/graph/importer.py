@@ -68,6 +68,14 @@ def import_torch(module, example_inputs, source: str = "<module>", sink_reshapes
     from tlm.graph.rewrite import promote_torch_arithmetic
 
     promote_torch_arithmetic(exported)  # int64 / 4 is float32, as in PyTorch
+    from tlm.graph.decompose import decompose_unsupported
+
+    try:
+        with quiet_stderr():
+            exported = decompose_unsupported(exported)  # nn.EmbeddingBag, which TVM cannot import
+    except Exception as err:
+        raise TlmError(f"import failed: rewriting an operator TVM has no conversion for: "
+                       f"{first_line(err, last=False, limit=None)}") from None
     try:
         with quiet_stderr():
             mod = from_exported_program(exported, keep_params_as_input=False, unwrap_unit_return_tuple=True)
