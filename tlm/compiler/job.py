@@ -246,7 +246,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         if fp := model.final_pick:
             cold = (f"; final pick: {len(fp['timed'])} tasks' best records timed cold on {model.threads} threads "
                     f"({model.cold_measurements} re-timings now), {len(fp['changed'])} changed"
-                    + (f", whole model {fp['whole_ms'][1]:.3g} ms against {fp['whole_ms'][0]:.3g}: "
+                    + (f", whole model {fp['whole_ms'][1]:.3g} ms against {fp['whole_ms'][0]:.3g} "
+                       f"(faster in {fp.get('wins', '?')} of {fp.get('rounds', '?')} rounds): "
                        + ("applied" if fp["applied"] else "not applied") if "whole_ms" in fp else ""))
         print(f"measurements: {model.measurements}{budget}{model.earlier_note()}{cold}; wall time "
               f"{model.wall_s:.1f} s{tuning}")
