@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,9 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def _tlm_kernel(db, h: str, key: str, target, threads: int):
-    """(callable on numpy-shaped TVM tensors, argument tensors, (M, K, N), record id) of a task's
-    applied record, or None where it is not a 2-D matmul. Checked by the measurer first."""
+def _tlm_kernel(task, rec, trace, target, threads: int):
+    """(callable, its input tensor, (M, K, N)) of a task's applied record `rec` (its `trace`), or
+    None where it is not an activation-by-weights matmul. Checked by the measurer first."""
     import numpy as np
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
@@ -44,11 +43,6 @@ def _tlm_kernel(db, h: str, key: str, target, threads: int):
     from tlm.measure.measurer import Candidate, MeasureConfig, Measurer, prepare
     from tlm.measure.workers import make_inputs
 
-    task = db.task(h)
-    rec = db.compile_record(h, key, threads=threads)
-    trace = db.trace_of(rec, task) if rec is not None else None
-    if trace is None:
-        return None
     cand = Candidate(task=task, trace=trace, proposer="bench")
     with Measurer(target, MeasureConfig(threads=threads, repeat=1)) as m:
         res = m.measure([cand])[0]
@@ -66,7 +60,7 @@ def _tlm_kernel(db, h: str, key: str, target, threads: int):
     lib = tvm.compile(mod, target=target.tvm())
     args = [tvm.runtime.tensor(x) for x in make_inputs([(b.name, str(b.dtype), s) for b, s in zip(params, shapes)])]
     fn = lib["main"]
-    return (lambda: fn(*args)), args[0], (m_rows, a[-1], out[-1]), rec.id
+    return (lambda: fn(*args)), args[0], (m_rows, a[-1], out[-1])
 
 
 def _ort_kernel(m: int, k: int, n: int, threads: int):
@@ -139,6 +133,7 @@ def main() -> None:
 
     import tlm  # noqa: F401 - sets TVM_NUM_THREADS to the host's cores
     from ort_gap import _hardware
+    from outside_zoo import _commit
     from tlm.graph.target import host_target, resolve_target
     from tlm.measure.database import open_db
 
@@ -157,12 +152,13 @@ def main() -> None:
         rec = db.compile_record(h, key, threads=threads)
         if rec is None or not rec.median_s or rec.median_s * 1e3 < args.min_ms:
             continue
-        got = _tlm_kernel(db, h, key, target, threads)
+        trace = db.trace_of(rec, task)
+        got = _tlm_kernel(task, rec, trace, target, threads) if trace is not None else None
         if got is None:
             continue
-        call, a, mkn, rid = got
+        call, a, mkn = got
         ort_call, x = _ort_kernel(*mkn, threads)
-        kernels.append({"task": task.name, "weight": task.weight, "mkn": mkn, "record": rid,
+        kernels.append({"task": task.name, "weight": task.weight, "mkn": mkn, "record": rec.id,
                         "tlm": (call, lambda a=a: a.copyfrom(a.numpy())), "ort": (ort_call, lambda x=x: x.__iadd__(0))})
     times = {(i, who, c): [] for i in range(len(kernels)) for who in ("tlm", "ort") for c in (False, True)}
     for rnd in range(args.rounds):
@@ -173,13 +169,12 @@ def main() -> None:
                 _time(call, touch, flush, False, 3)  # warm-up
                 for cold in (False, True):
                     times[(i, who, cold)].append(_time(call, touch, flush, cold, args.calls))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    date = time.strftime("%Y-%m-%d %H:%M")
+    stamp = {"date": time.strftime("%Y-%m-%d %H:%M"), "hardware": _hardware()[1], "commit": _commit()}
     rows = []
     for i, kn in enumerate(kernels):
         med = {(who, c): round(statistics.median(times[(i, who, c)]), 4) for who in ("tlm", "ort") for c in (False, True)}
         m, k, n = kn["mkn"]
-        rows.append({"date": date, "hardware": _hardware()[1], "commit": commit, "db": args.db,
+        rows.append({**stamp, "db": args.db,
                      "task": kn["task"], "calls_per_model": kn["weight"], "m": m, "k": k, "n": n, "record": kn["record"],
                      "weights_mib": round(k * n * 4 / 2**20, 2), "threads": threads, "rounds": args.rounds,
                      "tlm_warm_ms": med[("tlm", False)], "tlm_cold_ms": med[("tlm", True)],
