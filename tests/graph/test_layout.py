@@ -235,3 +235,37 @@ def test_an_op_that_would_not_legalize_leaves_convs_unconverted(capfd, monkeypat
     warned = _warnings(capfd)
     assert len(warned) == 1 and "relax.nn.conv2d_transpose" in warned[0] and "legalize" in warned[0], warned
     assert 'data_layout="NHWC"' not in _script(imported)
+
+
+class Conv1dStack(torch.nn.Module):
+    """1-D convs as audio front ends write them (strided, padded and dilated, grouped, pointwise)
+    and a ConvTranspose1d between them: [1, 4, 64] -> [1, 6, 32]."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv1d(4, 8, 5, stride=2, padding=2)
+        self.b = torch.nn.Conv1d(8, 8, 3, padding=2, dilation=2, groups=4)
+        self.up = torch.nn.ConvTranspose1d(8, 8, 2, stride=2)
+        self.c = torch.nn.Conv1d(8, 6, 1, stride=2)
+
+    def forward(self, x):
+        y = torch.nn.functional.gelu(self.a(x))
+        return self.c(torch.relu(self.up(self.b(y))))
+
+
+def test_1d_convs_run_nwc_and_match(tmp_path, host, capfd):
+    """1-D convs take NWC/WIO (vectorized over channels, not strided positions); the transposed
+    1-D conv stays NCW/IOW, the only layout TOPI lowers it in; the compiled model matches."""
+    from tlm.graph.importer import import_torch
+
+    torch.manual_seed(0)
+    imported = import_torch(Conv1dStack().eval(), (torch.randn(1, 4, 64),))
+    script = _script(imported)
+    convs, transposed = _layouts_of(script, "R.nn.conv1d"), _layouts_of(script, "R.nn.conv1d_transpose")
+    assert len(convs) == 3 and all('data_layout="NWC", kernel_layout="WIO"' in c for c in convs), convs
+    assert len(transposed) == 1 and 'data_layout="NCW", kernel_layout="IOW"' in transposed[0], transposed
+    assert _warnings(capfd) == []
+    compiled = _compile_untuned(imported, tmp_path, host)
+    assert compiled.matches, compiled.max_abs_diff
+    ncw = import_torch(Conv1dStack().eval(), (torch.randn(1, 4, 64),), conv_layout="NCHW")
+    assert 'data_layout="NWC"' not in _script(ncw)

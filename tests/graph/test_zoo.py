@@ -126,6 +126,7 @@ def test_conv1d_encoder_gives_strided_dilated_depthwise_and_pointwise_conv1d_tas
     convs = [t for t in tlm.extract_tasks(module, x, target=host) if t.kind == "conv1d"]
     weights = {tuple(t.args[1]["shape"]) for t in convs}
     assert len(convs) == 10
-    assert (96, 1, 15) in weights and (128, 1, 7) in weights  # depthwise
-    assert (96, 96, 1) in weights  # pointwise
-    assert max(t.args[1]["shape"][0] for t in convs) <= 160  # narrow, unlike wav2vec 2.0's 512
+    # WIO kernels (tlm.graph.layout: 1-D convs in NWC)
+    assert (15, 1, 96) in weights and (7, 1, 128) in weights  # depthwise
+    assert (1, 96, 96) in weights  # pointwise
+    assert max(t.args[1]["shape"][2] for t in convs) <= 160  # narrow, unlike wav2vec 2.0's 512

@@ -28,7 +28,8 @@ from tlm.graph.tasks import Task, task_from_mod
 # 3: pre-packed (layout-free) weights of matmul tasks (tlm.graph.passes.layout_free).
 # 4: zero pads folded into convs, 2-D convs in NHWC (tlm.graph.layout).
 # 5: transposed 2-D convs as one sub-pixel conv2d + depth-to-space (tlm.graph.deconv).
-EXTRACT_VERSION = 5
+# 6: 1-D convs in NWC (tlm.graph.layout).
+EXTRACT_VERSION = 6
 
 
 def code_digest() -> str:

@@ -5,7 +5,7 @@
   pad otherwise fuses into the previous conv's task as an epilogue that writes a larger, mostly
   constant tensor (and its border is easy to get wrong), and it blocks layout conversion.
 - `convert_conv_layout`: 2-D convs to NHWC activations and HWIO kernels (the layout of the
-  paper's data set) with Relax's ConvertLayout; `clip` is first written as `minimum(maximum())`,
+  paper's data set), 1-D convs to NWC and WIO, with Relax's ConvertLayout; `clip` is first written as `minimum(maximum())`,
   which ConvertLayout knows how to carry through (it stops at `clip`, leaving a transpose pair
   around every ReLU6). Constant weights are transposed at compile time (FoldConstant).
 
@@ -22,7 +22,11 @@ the conversion still fail, or put an op in a layout that does not legalize, the 
 NCHW convs, with one `tlm: warning:` line on stderr naming the operator.
 
 `CONV_LAYOUT` is the default, chosen by measurement: `layout` in bench/README.md (NCHW vs NHWC at
-the same MetaSchedule budget, resnet_50 and mobilenet_v2).
+the same MetaSchedule budget, resnet_50 and mobilenet_v2). 1-D convs follow since 2026-11-29
+(extraction version 6): in NCW a program vectorizes over output positions, which a strided conv
+reads a stride apart (gathers), and its channels (32-64 in audio front ends) are too few to
+split; in NWC it vectorizes over the channels. The outside battery's conv1d_audio and wav2vec2
+at budget 0 ran 6.5x and 3.2x faster whole (znver5; `conv1d` in bench/README.md).
 """
 
 from __future__ import annotations
@@ -30,9 +34,10 @@ from __future__ import annotations
 import sys
 
 CONV_LAYOUT = "NHWC"
-LAYOUTS = {"NCHW": None, "NHWC": ["NHWC", "HWIO"]}
+# name -> {conv op: [data layout, kernel layout]}; "NHWC" names the 1-D convs' NWC too.
+LAYOUTS = {"NCHW": None, "NHWC": {"relax.nn.conv2d": ["NHWC", "HWIO"], "relax.nn.conv1d": ["NWC", "WIO"]}}
 # Layout-aware ops kept in the (data, kernel) layout their legalization supports.
-PINNED = {"relax.nn.conv2d_transpose": ["NCHW", "IOHW"]}
+PINNED = {"relax.nn.conv2d_transpose": ["NCHW", "IOHW"], "relax.nn.conv1d_transpose": ["NCW", "IOW"]}
 
 
 def _int_list(values) -> list[int]:
@@ -198,13 +203,13 @@ def _legalizes(call) -> bool:
 
 
 def _unconverted(mod, layout: str, reason: str):
-    print(f"tlm: warning: 2-D convs left in their original layout, not {layout}: {reason}", file=sys.stderr)
+    print(f"tlm: warning: convs left in their original layout, not {layout}: {reason}", file=sys.stderr)
     sys.stderr.flush()
     return mod
 
 
 def convert_conv_layout(mod, layout: str = CONV_LAYOUT):
-    """2-D convs in `layout` ("NCHW": unchanged; "NHWC": NHWC data, HWIO kernels); ops in
+    """Convs in `layout` ("NCHW": unchanged; "NHWC": 2-D convs NHWC/HWIO, 1-D NWC/WIO); ops in
     `PINNED` in their legal layout. A model that TVM's ConvertLayout fails on, or whose
     conversion leaves an op that does not legalize, is returned unchanged (a warning on stderr)."""
     import tvm
@@ -214,13 +219,13 @@ def convert_conv_layout(mod, layout: str = CONV_LAYOUT):
 
     if layout not in LAYOUTS:
         raise TlmError(f"unknown conv layout {layout!r} (one of {', '.join(LAYOUTS)})")
-    conv = tvm.ir.Op.get("relax.nn.conv2d")
-    if LAYOUTS[layout] is None or not any(isinstance(f, relax.Function) and calls_op(f, conv)
-                                          for f in mod.functions.values()):
-        return mod  # models without a 2-D conv keep their tasks (and hashes) as they are
+    convs = [tvm.ir.Op.get(name) for name in LAYOUTS[layout] or ()]
+    if not any(isinstance(f, relax.Function) and calls_op(f, conv)
+               for f in mod.functions.values() for conv in convs):
+        return mod  # models without a conv keep their tasks (and hashes) as they are
     original = mod
     mod = normalize_axes(clip_as_minmax(mod))
-    desired = {"relax.nn.conv2d": LAYOUTS[layout], **PINNED}
+    desired = {**LAYOUTS[layout], **PINNED}
     last: list[str] = []
 
     def desired_for(call):  # TVM calls this for each call in turn: the last one names a failure

@@ -146,7 +146,7 @@ def sink_reshapes(mod):
 
 def prepare(mod, sink: bool = True, conv_layout: str | None = None):
     """Passes before fusion: batch norm becomes arithmetic that fuses into convs; zero pads fold
-    into the convs after them and 2-D convs take `conv_layout` (default
+    into the convs after them and convs take `conv_layout` (default
     `tlm.graph.layout.CONV_LAYOUT`; tlm.graph.layout); operand order is made
     frontend-independent; elementwise ops move before reshapes (into matmul epilogues;
     `sink=False` leaves them, for the benchmarks' "before"); matmuls of odd widths computed as a
