@@ -85,3 +85,25 @@ def test_sigterm_stops_after_the_task_then_interrupts():
         with pytest.raises(KeyboardInterrupt):  # second: at once
             os.kill(os.getpid(), signal.SIGTERM)
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+@pytest.mark.tvm
+def test_a_work_dir_of_another_extraction_is_refused_and_never_archived(base_dir, tasks, tmp_path, measurer, host):
+    """A work directory keeps the extraction its tasks came from: resumed after extraction changed,
+    it is refused in one line; one without the stamp (older) collects but never writes its tasks
+    into the archive of this code's extraction (they are not this code's tasks)."""
+    from tlm.search.collect import TASKS_STAMP, extraction_tag
+
+    corpus = tmp_path / "corpus"
+    work = tmp_path / "w1"
+    collect(_config(base_dir, work, corpus), tasks, progress=False, log=lambda m: None, measurer=measurer)
+    cfg = _config(base_dir, work, corpus)  # resumed from its tasks.json: nothing is extracted
+    archive = tasks_archive(corpus, cfg.loop.sources, host)
+    (work / TASKS_STAMP).write_text("llvm-x86_64-0123456789abcdef.json.xz\n")
+    with pytest.raises(TlmError, match="another extraction") as err:
+        collect(cfg, None, progress=False, log=lambda m: None, measurer=measurer)
+    assert "\n" not in str(err.value)
+    (work / TASKS_STAMP).unlink()
+    collect(cfg, None, progress=False, log=lambda m: None, measurer=measurer)
+    assert not archive.exists()
+    assert len(extraction_tag(archive)) == 8 and extraction_tag(archive) in archive.name

@@ -23,10 +23,13 @@ A start on any machine first ingests every shard of the corpus into the work dat
 of every hardware; each keeps its target key), so a program is never measured twice on the same
 hardware, a fresh work directory on a new machine resumes where the committed corpus stands, and
 a new hardware starts its own rounds. One collector per work directory (a lock file).
-The work directory defaults to `work/collect-<hardware>-<sources>` (not in git). The default
-sources are `train-set`: every workload of the training split, held-out tasks removed. Once
+The work directory defaults to `work/collect-<hardware>-<sources>-<extraction>` (not in git). The
+default sources are `train-set`: every workload of the training split, held-out tasks removed. Once
 loaded, the training tasks are also kept in the corpus (`tasks_archive`, one xz file named by the
-extraction code), so the next fresh machine of the same kind loads them instead of extracting.
+extraction code), so the next fresh machine of the same kind loads them instead of extracting. A
+work directory names the archive its tasks belong to (`tasks.key`): one resumed after extraction
+changed is refused in one line (its tasks are not this code's), and one from before the stamp
+never writes its tasks into an archive (they once went in under the new code's name).
 """
 
 from __future__ import annotations
@@ -89,6 +92,22 @@ def tasks_archive(corpus: Path, sources: list[str], target) -> Path:
     raw = json.dumps([EXTRACT_VERSION, code_digest(), sorted(sources), target.extraction_key])
     slug = "-".join(p for p in (target.kind, target.arch) if p)
     return corpus / "tasks" / f"{slug}-{hashlib.sha256(raw.encode()).hexdigest()[:16]}.json.xz"
+
+
+# A loop's work directory names the archive of the extraction its tasks.json came from.
+TASKS_STAMP = "tasks.key"
+
+
+def extraction_tag(archive: Path) -> str:
+    """The archive's extraction hash, short (`llvm-x86_64-fbfee9613518cc7b.json.xz` -> `fbfee961`)."""
+    return archive.name.removesuffix(".json.xz").rsplit("-", 1)[-1][:8]
+
+
+def _held_extraction(work: Path) -> str | None:
+    try:
+        return (work / TASKS_STAMP).read_text().strip() or None
+    except OSError:
+        return None  # a work directory from before the stamp: its extraction is unknown
 
 
 def read_tasks_archive(path: Path) -> list | None:
@@ -166,12 +185,13 @@ def collect(config: CollectConfig, tasks: list | None = None, progress: bool = T
     loop.target = target.config
     if not loop.ft_threads:
         loop.ft_threads = 1 if loop.pipeline else max(1, target.cores)
-    if not loop.work:  # one work directory per hardware and task set (a loop's tasks never change)
+    corpus = require_corpus_dir(config.corpus)
+    archive = tasks_archive(corpus, list(loop.sources), target)
+    if not loop.work:  # one work directory per hardware, task set and extraction (a loop's tasks never change)
         sources = "-".join(loop.sources) if len(loop.sources) <= 2 else f"{len(loop.sources)}-sources"
-        loop.work = str(Path("work") / f"collect-{hardware_slug(target.key)}-{sources[:60]}")
+        loop.work = str(Path("work") / f"collect-{hardware_slug(target.key)}-{sources[:60]}-{extraction_tag(archive)}")
     if not loop.base:
         loop.base = str(default_base(target))
-    corpus = require_corpus_dir(config.corpus)
     work = Path(loop.work)
     with _locked(work):
         (work / "collect.json").write_text(json.dumps(config.to_json(), indent=1))
@@ -185,10 +205,17 @@ def collect(config: CollectConfig, tasks: list | None = None, progress: bool = T
         last = [time.monotonic()]
         flushed = {"shards": 0, "records": 0}
 
-        archive = tasks_archive(corpus, list(loop.sources), target)
         from_sources = tasks is None and not loop.max_tasks  # the archive holds every task of the sources
-        if tasks is None and not (work / "tasks.json").is_file() and (tasks := read_tasks_archive(archive)):
-            log(f"{len(tasks)} training tasks from {archive} (no extraction)")
+        if tasks is None and (work / "tasks.json").is_file():  # a loop resumed: its tasks are its own
+            held = _held_extraction(work)
+            if held not in (None, archive.name):
+                raise TlmError(f"{work} holds the training tasks of another extraction ({held}; this code's is "
+                               f"{archive.name}): collect into a new --work")
+            from_sources = from_sources and held == archive.name  # unstamped: never archived under this name
+        elif tasks is None:
+            (work / TASKS_STAMP).write_text(archive.name + "\n")
+            if tasks := read_tasks_archive(archive):
+                log(f"{len(tasks)} training tasks from {archive} (no extraction)")
         flag: dict = {}
 
         def after_task(db) -> None:
