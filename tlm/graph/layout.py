@@ -25,8 +25,8 @@ NCHW convs, with one `tlm: warning:` line on stderr naming the operator.
 the same MetaSchedule budget, resnet_50 and mobilenet_v2). 1-D convs follow since 2026-11-29
 (extraction version 6): in NCW a program vectorizes over output positions, which a strided conv
 reads a stride apart (gathers), and its channels (32-64 in audio front ends) are too few to
-split; in NWC it vectorizes over the channels. The outside battery's conv1d_audio and wav2vec2
-at budget 0 ran 6.5x and 3.2x faster whole (znver5; `conv1d` in bench/README.md).
+split; in NWC it vectorizes over the channels. The outside battery's six models with 1-D convs
+ran 1.03-6.50x faster whole at budget 0, 2.54x geomean (znver5; `conv1d_layout` in bench/README.md).
 """
 
 from __future__ import annotations
