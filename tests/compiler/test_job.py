@@ -298,3 +298,38 @@ def test_conv_weights_are_packed_at_compile_time(tmp_path, host):
                                   config=CompileConfig(repeat=2, min_repeat_ms=5, compare=False, pack_convs=pack))
             assert model.matches and model.tuned_tasks == 2, (pack, model.max_abs_diff)
             np.testing.assert_allclose(model(inputs[0]), net(inputs[0]).detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_task_with_other_block_names_is_applied(tmp_path, host):
+    """A block's name comes from the model's variables (`input_sum` in one model, `lv10_sum` in
+    another) and a task's hash ignores it. One process writing budget-0 programs for both writes
+    each with its own names (the design spaces were cached by hash: the second got the first's),
+    and a program stored for one is applied in the other: neither is left to TVM's default
+    schedule (both were, as untuned)."""
+    import torch
+
+    from tlm.compiler.build import CompileConfig
+    from tlm.compiler.job import compile_model
+    from tlm.graph.extract import extract_tasks
+    from tlm.search.base import TuneConfig
+    from tlm.search.tune import tune
+
+    torch.manual_seed(0)
+    a = torch.nn.LayerNorm(64).eval()
+    b = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.LayerNorm(64)).eval()
+    x = (torch.randn(1, 24, 64),)
+    (ln_a,) = [t for t in extract_tasks(a, x, target=host) if t.kind == "layer_norm"]
+    tasks_b = extract_tasks(b, x, target=host)
+    (ln_b,) = [t for t in tasks_b if t.kind == "layer_norm"]
+    assert ln_a.hash == ln_b.hash and ln_a.mod_json != ln_b.mod_json
+    cfg = dict(target=host, progress=False, model=shipped_model(host))
+    tune([ln_a], "tlm", 0, str(tmp_path / "db-a"), config=TuneConfig(pick="greedy", cost_model="none"), **cfg)
+    tune(tasks_b, "tlm", 0, str(tmp_path / "db-b"), config=TuneConfig(pick="greedy", cost_model="none"), **cfg)
+    build = CompileConfig(repeat=1, min_repeat_ms=1, compare=False)
+    for db in ("db-b", "db-a"):  # its own program; the other model's (A's names, in A's IR)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # db-a has no program of b's other tasks: untuned, said
+            model = compile_model(b, x, db=str(tmp_path / db), target=host, config=build)
+        assert model.matches
+        (row,) = [r for r in model.task_rows if r["hash"] == ln_b.hash]
+        assert row["status"] == "greedy", (db, row)

@@ -170,6 +170,35 @@ def task_picks(database, tasks, target) -> dict[str, Any]:
     return {t.hash: database.compile_record(t.hash, info.key, threads) for t in tasks}
 
 
+def commit_pick(msdb, database, rec, task, tvm_target) -> bool:
+    """Commit `rec` for `task` into the MetaSchedule database `msdb`; False when its program does
+    not replay. The task hash ignores block names, which legalization takes from a model's
+    variable numbering (`lv57_sum`): a record written for the same task in another model or
+    import names the blocks of that one's IR, kept in the record database. So the trace is
+    replayed on this model's IR, else on the database's, and MetaSchedule applies it to the IR
+    it replayed on (its lookup ignores names too)."""
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+    from tvm.s_tir.schedule import Trace
+
+    stored = database.task(task.hash)
+    for ir in (task, stored) if stored is not None and stored.mod_json != task.mod_json else (task,):
+        trace = database.trace_of(rec, ir)
+        if trace is None:
+            continue
+        try:
+            sch = Schedule(ir.mod)
+            Trace.apply_json_to_schedule(trace, sch)
+        except Exception:  # noqa: BLE001 - names of another IR, or a trace of another space version
+            continue
+        latencies = [float(x) for x in rec.latencies_s] or [GREEDY_PLACEHOLDER_S]
+        msdb.commit_tuning_record(TuningRecord(sch.trace, msdb.commit_workload(ir.mod), latencies, tvm_target,
+                                               ArgInfo.from_prim_func(ir.mod["main"])))
+        return True
+    return False
+
+
 def compile_database(database, tasks, target, picks: dict[str, Any] | None = None,
                      final: dict[str, Any] | None = None) -> tuple[Any, list[dict[str, Any]]]:
     """(MetaSchedule database that `build_relax` applies, one row per task).
@@ -183,10 +212,7 @@ def compile_database(database, tasks, target, picks: dict[str, Any] | None = Non
     (task hash -> tlm.compiler.cold_pick.ColdPick): those tasks' rows carry cold_us (the applied
     record's cold median), cold_picked and cold_measured.
     """
-    from tvm.s_tir import Schedule
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-    from tvm.s_tir.meta_schedule.database import TuningRecord
-    from tvm.s_tir.schedule import Trace
+    from tvm.s_tir import meta_schedule as ms
 
     from tlm.graph.target import resolve_target
     from tlm.measure.database import GREEDY
@@ -194,27 +220,15 @@ def compile_database(database, tasks, target, picks: dict[str, Any] | None = Non
     info = resolve_target(target)
     picks = task_picks(database, tasks, info) if picks is None else picks
     final = final or {}
-    msdb = database.to_metaschedule(info, records={h: r for h, r in picks.items()
-                                                   if r is not None and r.proposer != GREEDY})
-    tvm_target = info.tvm()
+    msdb, tvm_target = ms.database.MemoryDatabase(), info.tvm()
     rows = []
     for t in tasks:
         rec = picks[t.hash]
-        best = rec if rec is not None and rec.proposer != GREEDY else None
-        if best is not None and database.trace_of(best, t) is None:  # never silently TVM's default
-            best = rec = None
         measured = sum(1 for r in database.records(t.hash, info.key) if r.proposer != GREEDY)
-        status = "tuned" if best else "untuned"
-        if rec is not None and best is None:
-            try:
-                sch = Schedule(t.mod)
-                Trace.apply_json_to_schedule(rec.trace_json, sch)
-                workload = msdb.commit_workload(t.mod)
-                msdb.commit_tuning_record(TuningRecord(
-                    sch.trace, workload, [GREEDY_PLACEHOLDER_S], tvm_target, ArgInfo.from_prim_func(t.mod["main"])))
-                status = "greedy"
-            except Exception:  # a trace that no longer replays: the default schedule it is
-                pass
+        status = "untuned"  # no record, or none that replays: TVM's default schedule, said by the caller
+        if rec is not None and commit_pick(msdb, database, rec, t, tvm_target):
+            status = "greedy" if rec.proposer == GREEDY else "tuned"
+        best = rec if status == "tuned" else None
         one_thread = database.best(t.hash, info.key) if best else None
         rows.append({"name": t.name, "hash": t.hash, "weight": t.weight, "measured": measured,
                      "best_us": best.median_s * 1e6 if best else None, "status": status,

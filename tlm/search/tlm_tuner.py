@@ -75,7 +75,6 @@ class TlmTuner(Tuner):
             raise TlmError(f"unknown pick {config.pick!r} (cost, logprob or greedy)")
         self.total = sum(self.budgets)
         self._generator = generator
-        self._spaces: dict[str, Any] = {}
         self.ranking = CostRanking(db, self.target, config)
 
     @property
@@ -101,7 +100,7 @@ class TlmTuner(Tuner):
         from tlm.space.design import task_space
         from tlm.space.language import parse
 
-        space = self._spaces.setdefault(task.hash, task_space(task, self.target))
+        space = task_space(task, self.target)
         return parse(g.sentence, task, self.target, space=space).sch
 
     def pick(self, task: Task, seen: set[str] | None = None) -> list:
@@ -175,7 +174,7 @@ class TlmTuner(Tuner):
         from tlm.space.design import random_policy, task_space, walk
         from tlm.space.language import render
 
-        space = self._spaces.setdefault(task.hash, task_space(task, self.target))
+        space = task_space(task, self.target)
         policy, out = random_policy(random.Random(seed)), []
         for _ in range(4 * n + 10):
             if len(out) >= n:

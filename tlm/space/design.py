@@ -113,7 +113,11 @@ class TaskSpace:
         return DecisionPoint(0, "space", {"n": len(self.traces)}, tuple(range(len(self.traces))))
 
 
-_CACHE: dict[tuple[str, str], TaskSpace] = {}
+# (task hash, target key, task IR) -> spaces. The hash ignores block names, which legalization
+# takes from the model's variable numbering (`lv57_sum`): the same layer norm imported in another
+# model (or import) has other names, and a space of the first would write programs that the
+# second's IR does not replay (its compile then ran TVM's default schedule).
+_CACHE: dict[tuple[str, str, str], TaskSpace] = {}
 
 
 def space_generator(target: TargetInfo):
@@ -145,9 +149,9 @@ def space_context(task: Task, target: TargetInfo, **kwargs):
 
 
 def task_space(task: Task, target: TargetInfo | None = None) -> TaskSpace:
-    """The design spaces of a task, cached per (task hash, target key) in this process."""
+    """The design spaces of a task, cached per (task hash, target key, IR with its names) in this process."""
     target = target or host_target()
-    key = (task.hash, target.key)
+    key = (task.hash, target.key, task.mod_json)
     if key not in _CACHE:
         _CACHE[key] = TaskSpace(task, target)
     return _CACHE[key]
