@@ -26,7 +26,7 @@ the same MetaSchedule budget, resnet_50 and mobilenet_v2). 1-D convs follow sinc
 (extraction version 6): in NCW a program vectorizes over output positions, which a strided conv
 reads a stride apart (gathers), and its channels (32-64 in audio front ends) are too few to
 split; in NWC it vectorizes over the channels. The outside battery's six models with 1-D convs
-ran 1.03-6.50x faster whole at budget 0, 2.54x geomean (znver5; `conv1d_layout` in bench/README.md).
+ran 0.99-6.63x as fast whole at budget 0, 2.25x geomean (znver5; `conv1d_layout` in bench/README.md).
 """
 
 from __future__ import annotations
