@@ -89,21 +89,26 @@ def test_sigterm_stops_after_the_task_then_interrupts():
 
 @pytest.mark.tvm
 def test_a_work_dir_of_another_extraction_is_refused_and_never_archived(base_dir, tasks, tmp_path, measurer, host):
-    """A work directory keeps the extraction its tasks came from: resumed after extraction changed,
-    it is refused in one line; one without the stamp (older) collects but never writes its tasks
-    into the archive of this code's extraction (they are not this code's tasks)."""
-    from tlm.search.collect import TASKS_STAMP, extraction_tag
+    """A work directory keeps the extraction its tasks came from: resumed after the extraction
+    version changed, it is refused in one line; one of other code of the same version, or without
+    the stamp (older), collects but never writes its tasks into the archive of this code's
+    extraction (they may not be this code's tasks)."""
+    from tlm.graph.extract import EXTRACT_VERSION
+    from tlm.search.collect import TASKS_STAMP
 
     corpus = tmp_path / "corpus"
     work = tmp_path / "w1"
     collect(_config(base_dir, work, corpus), tasks, progress=False, log=lambda m: None, measurer=measurer)
     cfg = _config(base_dir, work, corpus)  # resumed from its tasks.json: nothing is extracted
     archive = tasks_archive(corpus, cfg.loop.sources, host)
-    (work / TASKS_STAMP).write_text("llvm-x86_64-0123456789abcdef.json.xz\n")
-    with pytest.raises(TlmError, match="another extraction") as err:
+    (work / TASKS_STAMP).write_text(f"{EXTRACT_VERSION - 1} {archive.name}\n")
+    with pytest.raises(TlmError, match="extraction version") as err:
         collect(cfg, None, progress=False, log=lambda m: None, measurer=measurer)
     assert "\n" not in str(err.value)
-    (work / TASKS_STAMP).unlink()
-    collect(cfg, None, progress=False, log=lambda m: None, measurer=measurer)
-    assert not archive.exists()
-    assert len(extraction_tag(archive)) == 8 and extraction_tag(archive) in archive.name
+    for stamp in (f"{EXTRACT_VERSION} llvm-x86_64-0123456789abcdef.json.xz\n", None):
+        if stamp is None:
+            (work / TASKS_STAMP).unlink()
+        else:
+            (work / TASKS_STAMP).write_text(stamp)
+        collect(cfg, None, progress=False, log=lambda m: None, measurer=measurer)
+        assert not archive.exists()

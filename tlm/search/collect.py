@@ -23,13 +23,14 @@ A start on any machine first ingests every shard of the corpus into the work dat
 of every hardware; each keeps its target key), so a program is never measured twice on the same
 hardware, a fresh work directory on a new machine resumes where the committed corpus stands, and
 a new hardware starts its own rounds. One collector per work directory (a lock file).
-The work directory defaults to `work/collect-<hardware>-<sources>-<extraction>` (not in git). The
-default sources are `train-set`: every workload of the training split, held-out tasks removed. Once
-loaded, the training tasks are also kept in the corpus (`tasks_archive`, one xz file named by the
-extraction code), so the next fresh machine of the same kind loads them instead of extracting. A
-work directory names the archive its tasks belong to (`tasks.key`): one resumed after extraction
-changed is refused in one line (its tasks are not this code's), and one from before the stamp
-never writes its tasks into an archive (they once went in under the new code's name).
+The work directory defaults to `work/collect-<hardware>-<sources>-x<extraction version>` (not in
+git). The default sources are `train-set`: every workload of the training split, held-out tasks
+removed. Once loaded, the training tasks are also kept in the corpus (`tasks_archive`, one xz file
+named by the extraction code), so the next fresh machine of the same kind loads them instead of
+extracting. A work directory names the extraction of its tasks (`tasks.key`: version and archive):
+one of another extraction version is refused in one line (its tasks are not this code's); one
+extracted by other code of the same version, or from before the stamp, resumes but never writes
+its tasks into this code's archive (a pre-version-6 tasks.json once went in under its name).
 """
 
 from __future__ import annotations
@@ -94,20 +95,19 @@ def tasks_archive(corpus: Path, sources: list[str], target) -> Path:
     return corpus / "tasks" / f"{slug}-{hashlib.sha256(raw.encode()).hexdigest()[:16]}.json.xz"
 
 
-# A loop's work directory names the archive of the extraction its tasks.json came from.
+# A loop's work directory names the extraction its tasks.json came from: "<version> <archive>".
 TASKS_STAMP = "tasks.key"
 
 
-def extraction_tag(archive: Path) -> str:
-    """The archive's extraction hash, short (`llvm-x86_64-fbfee9613518cc7b.json.xz` -> `fbfee961`)."""
-    return archive.name.removesuffix(".json.xz").rsplit("-", 1)[-1][:8]
-
-
-def _held_extraction(work: Path) -> str | None:
+def _held_extraction(work: Path) -> tuple[int | None, str | None]:
+    """(extraction version, archive name) of a work directory's tasks; None for what it does not say."""
     try:
-        return (work / TASKS_STAMP).read_text().strip() or None
+        words = (work / TASKS_STAMP).read_text().split()
     except OSError:
-        return None  # a work directory from before the stamp: its extraction is unknown
+        return None, None  # a work directory from before the stamp: its extraction is unknown
+    if len(words) == 2 and words[0].isdigit():
+        return int(words[0]), words[1]
+    return None, (words or [None])[-1]  # the stamp's first form named the archive only
 
 
 def read_tasks_archive(path: Path) -> list | None:
@@ -176,6 +176,7 @@ def _sigterm_stops(flag: dict):
 def collect(config: CollectConfig, tasks: list | None = None, progress: bool = True, log=print, *,
             measurer=None) -> dict[str, Any]:
     """Ingest the corpus, run the loop with periodic flushes, flush at the end; returns a summary."""
+    from tlm.graph.extract import EXTRACT_VERSION
     from tlm.graph.target import resolve_target
     from tlm.measure.database import open_db
     from tlm.measure.shards import flush, hardware_slug, ingest, pending, require_corpus_dir
@@ -187,9 +188,9 @@ def collect(config: CollectConfig, tasks: list | None = None, progress: bool = T
         loop.ft_threads = 1 if loop.pipeline else max(1, target.cores)
     corpus = require_corpus_dir(config.corpus)
     archive = tasks_archive(corpus, list(loop.sources), target)
-    if not loop.work:  # one work directory per hardware, task set and extraction (a loop's tasks never change)
+    if not loop.work:  # one work directory per hardware, task set and extraction version (its tasks never change)
         sources = "-".join(loop.sources) if len(loop.sources) <= 2 else f"{len(loop.sources)}-sources"
-        loop.work = str(Path("work") / f"collect-{hardware_slug(target.key)}-{sources[:60]}-{extraction_tag(archive)}")
+        loop.work = str(Path("work") / f"collect-{hardware_slug(target.key)}-{sources[:60]}-x{EXTRACT_VERSION}")
     if not loop.base:
         loop.base = str(default_base(target))
     work = Path(loop.work)
@@ -207,13 +208,15 @@ def collect(config: CollectConfig, tasks: list | None = None, progress: bool = T
 
         from_sources = tasks is None and not loop.max_tasks  # the archive holds every task of the sources
         if tasks is None and (work / "tasks.json").is_file():  # a loop resumed: its tasks are its own
-            held = _held_extraction(work)
-            if held not in (None, archive.name):
-                raise TlmError(f"{work} holds the training tasks of another extraction ({held}; this code's is "
-                               f"{archive.name}): collect into a new --work")
-            from_sources = from_sources and held == archive.name  # unstamped: never archived under this name
+            version, held = _held_extraction(work)
+            if version is not None and version != EXTRACT_VERSION:
+                raise TlmError(f"{work} holds the training tasks of extraction version {version} (this code's is "
+                               f"{EXTRACT_VERSION}): collect into a new --work")
+            # Unstamped, or extracted by an earlier revision of the same version's code (the
+            # archive is named by the code): resumed, but never archived under this code's name.
+            from_sources = from_sources and held == archive.name
         elif tasks is None:
-            (work / TASKS_STAMP).write_text(archive.name + "\n")
+            (work / TASKS_STAMP).write_text(f"{EXTRACT_VERSION} {archive.name}\n")
             if tasks := read_tasks_archive(archive):
                 log(f"{len(tasks)} training tasks from {archive} (no extraction)")
         flag: dict = {}
