@@ -154,11 +154,6 @@ def _out_numpy(out):
     return _out_numpy(out[0])  # a tuple output: the first element is the model's output
 
 
-# run_secs given to an unmeasured greedy record in the MetaSchedule view (it is the task's only
-# record there, so the value only has to be a valid latency).
-GREEDY_PLACEHOLDER_S = 1.0
-
-
 def task_picks(database, tasks, target) -> dict[str, Any]:
     """Task hash -> the record a compile applies (`Database.compile_record`, or None): records are
     timed on one thread; the model runs on the target's cores, where a record without a parallel
@@ -168,35 +163,6 @@ def task_picks(database, tasks, target) -> dict[str, Any]:
     info = resolve_target(target)
     threads = info.cores if info.kind == "llvm" else 1
     return {t.hash: database.compile_record(t.hash, info.key, threads) for t in tasks}
-
-
-def commit_pick(msdb, database, rec, task, tvm_target) -> bool:
-    """Commit `rec` for `task` into the MetaSchedule database `msdb`; False when its program does
-    not replay. The task hash ignores block names, which legalization takes from a model's
-    variable numbering (`lv57_sum`): a record written for the same task in another model or
-    import names the blocks of that one's IR, kept in the record database. So the trace is
-    replayed on this model's IR, else on the database's, and MetaSchedule applies it to the IR
-    it replayed on (its lookup ignores names too)."""
-    from tvm.s_tir import Schedule
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-    from tvm.s_tir.meta_schedule.database import TuningRecord
-    from tvm.s_tir.schedule import Trace
-
-    stored = database.task(task.hash)
-    for ir in (task, stored) if stored is not None and stored.mod_json != task.mod_json else (task,):
-        trace = database.trace_of(rec, ir)
-        if trace is None:
-            continue
-        try:
-            sch = Schedule(ir.mod)
-            Trace.apply_json_to_schedule(trace, sch)
-        except Exception:  # noqa: BLE001 - names of another IR, or a trace of another space version
-            continue
-        latencies = [float(x) for x in rec.latencies_s] or [GREEDY_PLACEHOLDER_S]
-        msdb.commit_tuning_record(TuningRecord(sch.trace, msdb.commit_workload(ir.mod), latencies, tvm_target,
-                                               ArgInfo.from_prim_func(ir.mod["main"])))
-        return True
-    return False
 
 
 def compile_database(database, tasks, target, picks: dict[str, Any] | None = None,
@@ -226,7 +192,7 @@ def compile_database(database, tasks, target, picks: dict[str, Any] | None = Non
         rec = picks[t.hash]
         measured = sum(1 for r in database.records(t.hash, info.key) if r.proposer != GREEDY)
         status = "untuned"  # no record, or none that replays: TVM's default schedule, said by the caller
-        if rec is not None and commit_pick(msdb, database, rec, t, tvm_target):
+        if rec is not None and database.commit_record(msdb, rec, t, tvm_target):
             status = "greedy" if rec.proposer == GREEDY else "tuned"
         best = rec if status == "tuned" else None
         one_thread = database.best(t.hash, info.key) if best else None

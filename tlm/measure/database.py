@@ -23,6 +23,7 @@ DB_FILE = "records.sqlite"
 # Proposer of unmeasured records: a task's greedy program from the TLM (`--budget 0`), kept
 # without a latency (so `best()` ignores it) for `compile_record` to fall back on.
 GREEDY = "tlm-greedy"
+GREEDY_PLACEHOLDER_S = 1.0  # a greedy record's run_secs in a MetaSchedule view (its task's only record)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -320,16 +321,30 @@ class Database:
         self.close()
 
     # ------------------------------------------------------------------ MetaSchedule views
-    def _tuning_record(self, rec: Record, task: Task, workload, target):
+    def commit_record(self, msdb, rec: Record, task: Task, target) -> bool:
+        """Commit `rec`'s program for `task` into the MetaSchedule database `msdb` (TVM `target`),
+        an unmeasured one at `GREEDY_PLACEHOLDER_S`; False when it does not replay. Block names
+        follow a model's variable numbering (`lv57_sum`) and the task hash ignores them, so a record
+        written for another import of the task replays on the IR stored here instead; MetaSchedule
+        applies it to the IR it replayed on (its lookup ignores names too)."""
         from tvm.s_tir import Schedule
         from tvm.s_tir.meta_schedule.arg_info import ArgInfo
         from tvm.s_tir.meta_schedule.database import TuningRecord
         from tvm.s_tir.schedule import Trace
 
-        sch = Schedule(task.mod)
-        Trace.apply_json_to_schedule(self.trace_of(rec, task), sch)
-        return TuningRecord(sch.trace, workload, [float(x) for x in rec.latencies_s], target,
-                            ArgInfo.from_prim_func(task.mod["main"]))
+        for ir in (task, None):
+            if ir is None and ((ir := self.task(task.hash)) is None or ir.mod_json == task.mod_json):
+                return False
+            try:
+                sch = Schedule(ir.mod)
+                Trace.apply_json_to_schedule(self.trace_of(rec, ir), sch)
+            except Exception:  # noqa: BLE001 - no trace, names of another IR, or another space version
+                continue
+            latencies = [float(x) for x in rec.latencies_s] or [GREEDY_PLACEHOLDER_S]
+            msdb.commit_tuning_record(TuningRecord(sch.trace, msdb.commit_workload(ir.mod), latencies, target,
+                                                   ArgInfo.from_prim_func(ir.mod["main"])))
+            return True
+        return False
 
     def to_metaschedule(self, target, work_dir: str | None = None, best_only: bool = True,
                         records: dict[str, Record] | None = None):
@@ -361,12 +376,8 @@ class Database:
                 recs = [r for r in self.records(h, info.key) if r.error is None and r.median_s]
             if not recs:
                 continue
-            workload = msdb.commit_workload(task.mod)
-            for rec in recs:
-                try:
-                    msdb.commit_tuning_record(self._tuning_record(rec, task, workload, tvm_target))
-                except Exception:  # a trace that no longer replays is skipped, not fatal
-                    continue
+            for rec in recs:  # a trace that no longer replays is skipped, not fatal
+                self.commit_record(msdb, rec, task, tvm_target)
         return msdb
 
     def export_json(self, work_dir: str, target) -> int:
