@@ -44,3 +44,23 @@ def test_only_odd_vectorized_loops_are_lowered():
 
     assert odd_vector_loops(_vectorized_matmul(49, 0)) and not odd_vector_loops(_vectorized_matmul(64, 512))
     assert not odd_vector_loops(w.matmul(16, 49, 32).mod)  # nothing vectorized
+
+
+@pytest.mark.tvm
+def test_a_reduction_redone_in_an_outer_loop_counts_its_turns():
+    """A layer norm whose row mean and variance are computed inside the loop over the row's
+    columns redoes them per column: TVM's flop estimate counts it (cols x the reductions)."""
+    import tvm
+
+    from tlm.space.build_cost import flops_ratio, lean_limit, redundancy
+
+    task = w.layer_norm(8, 32)
+    assert flops_ratio(task.mod, task.flops) == pytest.approx(1.0)
+    sch = tvm.s_tir.Schedule(task.mod)
+    _, col = sch.get_loops(sch.get_sblock("T_layer_norm"))
+    for name in ("x_var_sum", "x_mean", "x_sum"):  # consumers first: each lands inside the column loop
+        sch.compute_at(sch.get_sblock(name), col)
+    ratio = flops_ratio(sch.mod, task.flops)
+    assert ratio > 8  # the 32-wide sums of a row, redone for each of its 32 columns
+    assert redundancy(ratio, lean_limit([ratio, 1.0])).startswith("redoes work")
+    assert redundancy(1.3, lean_limit([ratio, 1.3])) is None and flops_ratio(sch.mod, 0.0) is None

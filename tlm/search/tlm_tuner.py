@@ -105,11 +105,11 @@ class TlmTuner(Tuner):
 
     def pick(self, task: Task, seen: set[str] | None = None) -> list:
         """[the model's first choice] among programs not in `seen` (TuneConfig.pick), or []: the
-        first in the pick's order that LLVM builds in reasonable time (`_buildable`)."""
+        first in the pick's order without a flaw an unmeasured program would keep (`_buildable`)."""
         gen, cfg = self.generator, self.config
         if cfg.pick == "greedy":
             first = gen.generate(task, 1, greedy=True, seen=seen)
-            if not first or self._build_cost(task, first[0]) == 0:
+            if not first or (self._build_cost(task, first[0]) == 0 and self._lean(task, first[0])):
                 return first
         seed = seeds(cfg.seed, task, 0, 2)[1]  # not round 0's sampling seed (the first of the two)
         samples = gen.generate(task, max(1, cfg.pick_samples), seen=seen, seed=seed)
@@ -128,18 +128,50 @@ class TlmTuner(Tuner):
         except Exception:  # noqa: BLE001 - TVM's lowering refused it: the build says why, not this check
             return 0
 
+    def _lean(self, task: Task, g) -> bool:
+        """Whether a program redoes no work by the absolute limit (tlm.space.build_cost.REDUNDANCY_LIMIT)."""
+        from tlm.space.build_cost import REDUNDANCY_LIMIT
+
+        ratio = self._flops_ratio(task, g)
+        return ratio is None or ratio <= REDUNDANCY_LIMIT
+
+    def _flops_ratio(self, task: Task, g) -> float | None:
+        """TVM's flop estimate of a program over its task's (tlm.space.build_cost.flops_ratio), or None."""
+        from tlm.space.build_cost import flops_ratio
+
+        try:
+            return flops_ratio(self._schedule(task, g).mod, task.flops)
+        except Exception:  # noqa: BLE001 - no program to count: the build says why, not this check
+            return None
+
+    def _lowering_error(self, task: Task, g) -> str | None:
+        """CUDA lowering's error for a program, or None when it lowers to CUDA C."""
+        from tlm.measure.cuda_build import lower_cuda
+
+        try:
+            return lower_cuda(self._schedule(task, g).mod, self.target).error
+        except TlmError as e:
+            return str(e)
+
     def _buildable(self, task: Task, ranked: list) -> list:
-        """[the first of `ranked` that LLVM builds in reasonable time] (tlm.space.build_cost.first_buildable);
-        for CUDA, [the first that lowers to CUDA C]: an unmeasured pick is never timed, so nothing
-        else would catch a program TVM's CUDA lowering refuses before the whole-model plan."""
-        from tlm.space.build_cost import first_buildable
+        """[the first of `ranked` without a flaw an unmeasured pick would keep] (tlm.space.build_cost):
+        one that redoes work (its flop count far above the leanest ranked program's), one LLVM
+        builds in minutes, or for CUDA one TVM's CUDA lowering refuses (nothing else would catch
+        that before the whole-model plan)."""
+        from tlm.space.build_cost import first_fine, lean_limit, lowering_problem, odd_lanes_problem, redundancy
 
-        if self.target.kind == "cuda":
-            from tlm.measure.cuda_build import lower_cuda
-            from tlm.space.build_cost import first_lowering
+        ratios = {id(g): self._flops_ratio(task, g) for g in ranked}
+        limit = lean_limit(list(ratios.values()))
 
-            return first_lowering(task.name, ranked, lambda g: lower_cuda(self._schedule(task, g).mod, self.target).error)
-        return first_buildable(task.name, ranked, lambda g: self._build_cost(task, g))
+        def problem(g) -> str | None:
+            why = redundancy(ratios[id(g)], limit)
+            if why is None and self.target.kind == "cuda":
+                why = lowering_problem(self._lowering_error(task, g))
+            elif why is None:
+                why = odd_lanes_problem(self._build_cost(task, g))
+            return why
+
+        return first_fine(task.name, ranked, problem)
 
     def greedy(self, task: Task):
         """(Generated, Schedule) of the model's first choice (`pick`), or None."""

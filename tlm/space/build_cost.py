@@ -1,4 +1,6 @@
-"""What a program costs LLVM to build, read from its lowered TIR before any code is generated.
+"""Flaws of a program read from its TIR before any code is generated: what it costs LLVM to
+build, and work it redoes. An unmeasured pick (`--budget 0`) is never timed, so the TLM tuner
+takes the first of the cost model's ranking without either flaw (`first_fine`).
 
 Some programs of a design space are fast to run but take LLVM minutes to compile: a vectorized
 loop whose extent is not a power of two (a conv1d's 49 output positions) under a large
@@ -8,6 +10,17 @@ a HuBERT feature extractor's conv1d tasks): 77,616 lanes in odd-width vector acc
 15 minutes to build, 41,184 took 10 s, 1,127 took 0.2 s; power-of-two widths of any count build
 in well under a second. `odd_vector_lanes` counts those lanes after TVM's own lowering (the
 unrolling included), and `too_slow_to_build` says when a program should not be a first choice.
+
+Redone work: a program may compute a reduction at a location inside a loop its result does not
+depend on, so the reduction runs again on every turn. Picks of the shipped models did so on
+znver5 (timed on znver3, 2026-12-01, against the ranking's next program without it): poolformer's
+group norm [1,4,4,96] 284 us against 2.5 (its 192-element partial sums redone per output), the
+[1,24,64] layer norm of data2vec_audio 55 us against 1.3. TVM's flop estimate of the scheduled
+program counts every turn; over the task's own estimate (`flops_ratio`) it was 28x and 37x there,
+1.0-1.4x for the ranking's other programs of those tasks, and at most 1.4x for the first choices
+of the zoo's convolutions and matmuls (padding recomputed at tile edges). Some tasks count more
+in every program (an inlined select of four resizes: 4.0x), so the limit is relative to the
+leanest program ranked (`lean_limit`).
 """
 
 from __future__ import annotations
@@ -21,6 +34,10 @@ from tlm.graph.target import TargetInfo
 
 # Lanes in odd-width vector accesses above which LLVM's build time grows past seconds (see above).
 ODD_LANES_LIMIT = 4096
+# A program counts as redoing work when its flops exceed both this many times the task's and
+# REDUNDANCY_SLACK times the leanest ranked program's (see above).
+REDUNDANCY_LIMIT = 4.0
+REDUNDANCY_SLACK = 2.0
 
 
 def _lanes(expr_type: Any) -> int:
@@ -82,44 +99,58 @@ def too_slow_to_build(mod, target: TargetInfo, limit: int = ODD_LANES_LIMIT) -> 
     return lanes if lanes > limit else 0
 
 
-def _first_fine(name: str, ranked: list, problem: Callable[[Any], Any], note: Callable[[Any, int], str],
-                warning: Callable[[Any], str]) -> list:
-    """[the first of `ranked` whose `problem` is falsy], with `note(first problem, its choice
-    number)` on stderr when it is not the first; else [the first of all] with `warning(first
-    problem)` (nothing for an empty `ranked`)."""
+def flops_ratio(mod, task_flops: float) -> float | None:
+    """TVM's flop estimate of `mod` (a scheduled IRModule) over `task_flops` (the task's own): 1.0
+    when each value is computed once, more when work is redone in a loop (see above); None when
+    either is unknown."""
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    if not task_flops or task_flops <= 0:
+        return None
+    try:
+        return float(estimate_tir_flops(mod)) / task_flops
+    except Exception:  # noqa: BLE001 - estimation is best effort (data-dependent loops)
+        return None
+
+
+def lean_limit(ratios: list[float | None]) -> float:
+    """The flops ratio above which a ranked program redoes work: REDUNDANCY_LIMIT, or
+    REDUNDANCY_SLACK x the leanest of `ratios` when that is more."""
+    known = [r for r in ratios if r is not None]
+    return max(REDUNDANCY_LIMIT, REDUNDANCY_SLACK * min(known)) if known else float("inf")
+
+
+def redundancy(ratio: float | None, limit: float) -> str | None:
+    """Why a program with flops ratio `ratio` should not be a first choice, or None."""
+    if ratio is None or ratio <= limit:
+        return None
+    return f"redoes work (TVM counts {ratio:.0f}x the task's flops: a reduction inside a loop it does not depend on)"
+
+
+def odd_lanes_problem(lanes: int) -> str | None:
+    """Why a program with `lanes` (too_slow_to_build) should not be a first choice, or None."""
+    return f"has {lanes:,} lanes in odd-width vector accesses (LLVM would take minutes to build it)" if lanes else None
+
+
+def first_fine(name: str, ranked: list, problem: Callable[[Any], str | None]) -> list:
+    """[the first of `ranked` with no `problem`], with a note on stderr (naming task `name`) when it
+    is not the first; else [the first of all] with a warning (nothing for an empty `ranked`).
+    `problem(item)` says what is wrong with a program ("redoes work (...)") or gives None."""
     first = None
     for i, item in enumerate(ranked):
         got = problem(item)
         if not got:
             if i > 0:
-                print(f"tlm: note: {name}: {note(first, i + 1)}", file=sys.stderr)
+                print(f"tlm: note: {name}: the model's first choice {first}; its choice #{i + 1} is used",
+                      file=sys.stderr)
             return [item]
         first = first or got
     if ranked:
-        print(f"tlm: warning: {name}: {warning(first)}", file=sys.stderr)
+        print(f"tlm: warning: {name}: none of the model's {len(ranked)} choices is free of flaws "
+              f"(the first {first}); the first is used", file=sys.stderr)
     return ranked[:1]
 
 
-def first_buildable(name: str, ranked: list, cost: Callable[[Any], int]) -> list:
-    """[the first of `ranked` whose `cost` (`too_slow_to_build`) is 0], or [the first of all] when
-    none is; said on stderr (naming task `name`) when it is not the first of `ranked`."""
-    return _first_fine(name, ranked, cost,
-                       lambda lanes, k: (f"the model's first choice has {lanes:,} lanes in odd-width vector accesses "
-                                         f"(LLVM would take minutes to build it); its choice #{k} is used"),
-                       lambda lanes: (f"each of the model's {len(ranked)} choices has too many lanes in odd-width "
-                                      f"vector accesses (the first {lanes:,}); LLVM may take minutes to build it"))
-
-
-def first_lowering(name: str, ranked: list, error_of: Callable[[Any], str | None]) -> list:
-    """[the first of `ranked` whose `error_of` (CUDA lowering's error) is None], said in a note when
-    it is not the first; [the first of all], with a warning, when none lowers."""
-    def error(item) -> str | None:
-        try:
-            err = error_of(item)
-        except TlmError as e:
-            err = str(e)
-        return None if err is None else str(err).splitlines()[0][:160]
-
-    return _first_fine(name, ranked, error,
-                       lambda why, k: f"the model's first choice does not lower to CUDA ({why}); its choice #{k} is used",
-                       lambda why: f"none of the model's {len(ranked)} choices lowers to CUDA ({why})")
+def lowering_problem(error: str | None) -> str | None:
+    """Why a program whose CUDA lowering gave `error` should not be a first choice, or None."""
+    return None if error is None else f"does not lower to CUDA ({str(error).splitlines()[0][:160]})"
