@@ -429,14 +429,14 @@ def test_first_choice_that_llvm_builds_in_time(capsys):
     costs = {"a": 77616, "b": 9000, "c": 0, "d": 0}
     tuner._build_cost = lambda t, g: costs[g]
     tuner._flops_ratio = lambda t, g: 1.0
-    assert tuner._buildable(task, ["c", "a"]) == ["c"]
+    assert tuner.first_choice(task, ["c", "a"]) == ["c"]
     assert capsys.readouterr().err == ""
-    assert tuner._buildable(task, ["a", "b", "c", "d"]) == ["c"]
+    assert tuner.first_choice(task, ["a", "b", "c", "d"]) == ["c"]
     err = capsys.readouterr().err
     assert "fused_conv1d" in err and "77,616" in err and "choice #3" in err
-    assert tuner._buildable(task, ["a", "b"]) == ["a"]
+    assert tuner.first_choice(task, ["a", "b"]) == ["a"]
     assert "tlm: warning: fused_conv1d" in capsys.readouterr().err
-    assert tuner._buildable(task, []) == []
+    assert tuner.first_choice(task, []) == []
 
 
 def test_a_first_choice_that_redoes_work_gives_way_to_a_lean_one(capsys):
@@ -453,13 +453,13 @@ def test_a_first_choice_that_redoes_work_gives_way_to_a_lean_one(capsys):
     task = SimpleNamespace(name="group_norm2")
     ratios = {"slow": 28.4, "mild": 2.8, "lean": 1.0, "select": 4.0, "select2": 7.9, "select3": 8.1}
     tuner._flops_ratio = lambda t, g: ratios[g]
-    assert tuner._buildable(task, ["slow", "mild", "lean"]) == ["mild"]
+    assert tuner.first_choice(task, ["slow", "mild", "lean"]) == ["mild"]
     assert capsys.readouterr().err == ("tlm: note: group_norm2: the model's first choice redoes work (TVM counts 28x "
                                        "the task's flops: a reduction inside a loop it does not depend on); its choice #2 is used\n")
-    assert tuner._buildable(task, ["select2", "select"]) == ["select2"] and capsys.readouterr().err == ""
-    assert tuner._buildable(task, ["select3", "select"]) == ["select"]  # 8.1 > 2 x 4.0
+    assert tuner.first_choice(task, ["select2", "select"]) == ["select2"] and capsys.readouterr().err == ""
+    assert tuner.first_choice(task, ["select3", "select"]) == ["select"]  # 8.1 > 2 x 4.0
     tuner._flops_ratio = lambda t, g: None  # no estimate: not judged
-    assert tuner._buildable(task, ["slow"]) == ["slow"] and capsys.readouterr().err.count("note") == 1
+    assert tuner.first_choice(task, ["slow"]) == ["slow"] and capsys.readouterr().err.count("note") == 1
 
 
 def test_the_shipped_gpu_models_serve_the_hopper_cards_and_name_themselves_for_others(capsys):
@@ -491,12 +491,12 @@ def test_a_cuda_pick_that_does_not_lower_gives_way_to_the_next(monkeypatch, caps
 
     tuner = TlmTuner.__new__(TlmTuner)
     tuner.target = resolve_target("h100")
-    monkeypatch.setattr(tuner, "_schedule", lambda task, g: SimpleNamespace(mod=g), raising=False)
+    monkeypatch.setattr(tuner, "schedule", lambda task, g: SimpleNamespace(mod=g), raising=False)
     monkeypatch.setattr(cb, "lower_cuda", lambda mod, target: cb.CudaProgram(error=None if mod.startswith("ok") else
                                                                              "lowering failed: made up\nmore"))
     task = SimpleNamespace(name="mean", flops=0.0)  # no flop count: redone work is not judged
-    assert tuner._buildable(task, ["ok1", "bad"]) == ["ok1"] and capsys.readouterr().err == ""
-    assert tuner._buildable(task, ["bad", "ok2", "ok3"]) == ["ok2"]
+    assert tuner.first_choice(task, ["ok1", "bad"]) == ["ok1"] and capsys.readouterr().err == ""
+    assert tuner.first_choice(task, ["bad", "ok2", "ok3"]) == ["ok2"]
     err = capsys.readouterr().err
     assert err == "tlm: note: mean: the model's first choice does not lower to CUDA (lowering failed: made up); its choice #2 is used\n"
-    assert tuner._buildable(task, ["bad", "bad"]) == ["bad"] and "none of the model's 2 choices" in capsys.readouterr().err
+    assert tuner.first_choice(task, ["bad", "bad"]) == ["bad"] and "none of the model's 2 choices" in capsys.readouterr().err

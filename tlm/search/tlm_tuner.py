@@ -92,7 +92,7 @@ class TlmTuner(Tuner):
             self._generator = Generator.from_dir(path, self.target)
         return self._generator
 
-    def _schedule(self, task: Task, g):
+    def schedule(self, task: Task, g):
         """The tvm Schedule of a generated program (Generated.schedule once generation has it)."""
         sch = getattr(g, "schedule", None)
         if sch is not None:
@@ -105,26 +105,30 @@ class TlmTuner(Tuner):
 
     def pick(self, task: Task, seen: set[str] | None = None) -> list:
         """[the model's first choice] among programs not in `seen` (TuneConfig.pick), or []: the
-        first in the pick's order without a flaw an unmeasured program would keep (`_buildable`)."""
+        first in the pick's order without a flaw an unmeasured program would keep (`first_choice`)."""
         gen, cfg = self.generator, self.config
         if cfg.pick == "greedy":
             first = gen.generate(task, 1, greedy=True, seen=seen)
             if not first or (self._build_cost(task, first[0]) == 0 and self._lean(task, first[0])):
                 return first
+        return self.first_choice(task, self.choices(task, seen))
+
+    def choices(self, task: Task, seen: set[str] | None = None) -> list:
+        """The model's `pick_samples` samples of a task (not in `seen`) in the pick's order: the cost
+        model's ranking, else by log-prob."""
+        gen, cfg = self.generator, self.config
         seed = seeds(cfg.seed, task, 0, 2)[1]  # not round 0's sampling seed (the first of the two)
         samples = gen.generate(task, max(1, cfg.pick_samples), seen=seen, seed=seed)
         if samples and cfg.pick == "cost" and self.cost_model is not None:
-            ranked = self.ranking.ranked(task, samples, lambda g: self._schedule(task, g))
-        else:
-            ranked = sorted(samples, key=lambda g: -g.logprob)
-        return self._buildable(task, ranked)
+            return self.ranking.ranked(task, samples, lambda g: self.schedule(task, g))
+        return sorted(samples, key=lambda g: -g.logprob)
 
     def _build_cost(self, task: Task, g) -> int:
         """The odd-width vector lanes of a program when too many for LLVM (tlm.space.build_cost), else 0."""
         from tlm.space.build_cost import too_slow_to_build
 
         try:
-            return too_slow_to_build(self._schedule(task, g).mod, self.target)
+            return too_slow_to_build(self.schedule(task, g).mod, self.target)
         except Exception:  # noqa: BLE001 - TVM's lowering refused it: the build says why, not this check
             return 0
 
@@ -140,7 +144,7 @@ class TlmTuner(Tuner):
         from tlm.space.build_cost import flops_ratio
 
         try:
-            return flops_ratio(self._schedule(task, g).mod, task.flops)
+            return flops_ratio(self.schedule(task, g).mod, task.flops)
         except Exception:  # noqa: BLE001 - no program to count: the build says why, not this check
             return None
 
@@ -149,11 +153,11 @@ class TlmTuner(Tuner):
         from tlm.measure.cuda_build import lower_cuda
 
         try:
-            return lower_cuda(self._schedule(task, g).mod, self.target).error
+            return lower_cuda(self.schedule(task, g).mod, self.target).error
         except TlmError as e:
             return str(e)
 
-    def _buildable(self, task: Task, ranked: list) -> list:
+    def first_choice(self, task: Task, ranked: list) -> list:
         """[the first of `ranked` without a flaw an unmeasured pick would keep] (tlm.space.build_cost):
         one that redoes work (its flop count far above the leanest ranked program's), one LLVM
         builds in minutes, or for CUDA one TVM's CUDA lowering refuses (nothing else would catch
@@ -179,7 +183,7 @@ class TlmTuner(Tuner):
         if not out:
             return None
         try:
-            return out[0], self._schedule(task, out[0])
+            return out[0], self.schedule(task, out[0])
         except TlmError:
             return None
 
@@ -259,7 +263,7 @@ class TlmTuner(Tuner):
             sentence = g[1] if st.fallback else g.sentence
             st.seen.add(sentence)
             try:
-                sch = g[0] if st.fallback else self._schedule(task, g)
+                sch = g[0] if st.fallback else self.schedule(task, g)
             except TlmError:
                 continue
             key = json.dumps(plain_json(sch.trace.as_json()))
