@@ -1,6 +1,7 @@
 """TLM@0 end to end: which of the model's programs `--budget 0` compiles, per task.
 
     python bench/pick.py [--workloads bert_tiny dcgan mobilenet_v2 ...] [--rounds 7] [--out bench/results]
+    python bench/pick.py --workloads conv1d_audio hubert ...   # models of the outside-zoo battery
     python bench/pick.py --models old=DIR new=DIR --picks cost --name pick-models   # models compared
     python bench/pick.py --picks cost --cost-models old=DIR new=DIR --name pick-costmodels   # cost models
     python bench/pick.py --picks cost --models old=DIR new=DIR --cost-models old=DIR new=DIR --paired   # both refit
@@ -29,6 +30,7 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/outside_models.py
 
 PICKS = ("greedy", "logprob", "cost")
 
@@ -64,8 +66,15 @@ def run_workload(name: str, target, rounds: int, samples: int, runs: list[tuple]
     from tlm.search.tune import tune
 
     torch.set_num_threads(target.cores)
-    tasks = tasks_for_source(name, target=target).tasks
-    imported = import_source(name)
+    from outside_models import entries, get
+
+    if name in {e.name for e in entries()}:  # a model of the outside-zoo battery
+        from tlm.graph.extract import load
+
+        imported, tasks = load(*get(name).make(), target)
+    else:
+        tasks = tasks_for_source(name, target=target).tasks
+        imported = import_source(name)
     args = [tvm.runtime.tensor(np.ascontiguousarray(x), tvm.cpu()) for x in imported.inputs]
     rows, fns = [], {}
     for label, pick, model, cost_model in runs:
