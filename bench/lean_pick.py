@@ -72,7 +72,7 @@ def _time_pair(task, mods: list, host, rounds: int) -> tuple[list[float], float]
     return [statistics.median(t) for t in times], diff
 
 
-def run_model(model: str, cpu: str, host, rounds: int) -> tuple[list[dict], int]:
+def run_model(model: str, cpu: str, host, rounds: int, lm: str | None = None) -> tuple[list[dict], int]:
     """One row per task of `model` whose budget-0 choice for `cpu` the check changes; the task count."""
     from tlm.graph.target import resolve_target
     from tlm.measure.database import open_db
@@ -83,7 +83,7 @@ def run_model(model: str, cpu: str, host, rounds: int) -> tuple[list[dict], int]
     gen_target = host if cpu == "host" else resolve_target(dict(host.config, mcpu=cpu))
     tasks = _tasks(model, host)
     tuner = TlmTuner(tasks, open_db(tempfile.mkdtemp(prefix="lean-pick-")), gen_target,
-                     TuneConfig(tuner="tlm", budget="0"), progress=False)
+                     TuneConfig(tuner="tlm", budget="0", model=lm), progress=False)
     rows = []
     for task in tasks:
         ranked = tuner.choices(task)
@@ -135,6 +135,7 @@ def main() -> None:
     ap.add_argument("--models", default=",".join([e.name for e in entries()] + ZOO))
     ap.add_argument("--cpus", default="host,znver5")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--model", default=None, help="the TLM generating (default: the shipped one for the host)")
     args = ap.parse_args()
     host = resolve_target(None)
     label = host_label(host)
@@ -147,7 +148,7 @@ def main() -> None:
             if any(d["model"] == model and d["cpu"] == cpu for d in done):
                 continue
             t0 = time.perf_counter()
-            rows, ntasks = run_model(model, cpu, host, args.rounds)
+            rows, ntasks = run_model(model, cpu, host, args.rounds, args.model)
             with rows_file.open("a") as f:
                 f.writelines(json.dumps(r) + "\n" for r in rows)
             d = {"model": model, "cpu": cpu, "tasks": ntasks,
