@@ -33,14 +33,9 @@ ZOO = ["bert_tiny-b1-s128", "bert_base-b1-s128", "gpt2-b1-s128", "resnet_50-b1-i
 
 
 def _tasks(model: str, host):
-    from tlm.graph.extract import load
+    from outside_models import load_named
 
-    if model in ZOO:
-        return load(model, None, host)[1]
-    from outside_models import get
-
-    module, inputs = get(model).make()
-    return load(module, inputs, host)[1]
+    return load_named(model, host)[1]
 
 
 def _time_pair(task, mods: list, host, rounds: int) -> tuple[list[float], float]:

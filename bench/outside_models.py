@@ -261,3 +261,12 @@ def get(name: str) -> Entry:
         return _BY_NAME[name]
     except KeyError:
         raise KeyError(f"unknown outside-zoo model {name!r}; known: {', '.join(_BY_NAME)}") from None
+
+
+def load_named(name: str, target):
+    """(ImportedModel, tasks) of a battery model by name, else of a zoo workload (a tlm source name)."""
+    from tlm.graph.extract import load
+
+    if name in _BY_NAME:
+        return load(*get(name).make(), target)
+    return load(name, None, target)

@@ -60,21 +60,12 @@ def run_workload(name: str, target, rounds: int, samples: int, runs: list[tuple]
 
     from tlm.compiler.build import CompileConfig, compile_imported
     from tlm.eval.run import interleaved, reference_runners
-    from tlm.graph.extract import tasks_for_source
-    from tlm.graph.importer import import_source
     from tlm.search.base import TuneConfig
     from tlm.search.tune import tune
+    from outside_models import load_named
 
     torch.set_num_threads(target.cores)
-    from outside_models import entries, get
-
-    if name in {e.name for e in entries()}:  # a model of the outside-zoo battery
-        from tlm.graph.extract import load
-
-        imported, tasks = load(*get(name).make(), target)
-    else:
-        tasks = tasks_for_source(name, target=target).tasks
-        imported = import_source(name)
+    imported, tasks = load_named(name, target)  # a zoo workload or a battery model
     args = [tvm.runtime.tensor(np.ascontiguousarray(x), tvm.cpu()) for x in imported.inputs]
     rows, fns = [], {}
     for label, pick, model, cost_model in runs:

@@ -134,10 +134,9 @@ class TlmTuner(Tuner):
 
     def _lean(self, task: Task, g) -> bool:
         """Whether a program redoes no work by the absolute limit (tlm.space.build_cost.REDUNDANCY_LIMIT)."""
-        from tlm.space.build_cost import REDUNDANCY_LIMIT
+        from tlm.space.build_cost import REDUNDANCY_LIMIT, redundancy
 
-        ratio = self._flops_ratio(task, g)
-        return ratio is None or ratio <= REDUNDANCY_LIMIT
+        return redundancy(self._flops_ratio(task, g), REDUNDANCY_LIMIT) is None
 
     def _flops_ratio(self, task: Task, g) -> float | None:
         """TVM's flop estimate of a program over its task's (tlm.space.build_cost.flops_ratio), or None."""

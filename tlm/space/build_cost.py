@@ -14,8 +14,8 @@ unrolling included), and `too_slow_to_build` says when a program should not be a
 Redone work: a program may compute a reduction at a location inside a loop its result does not
 depend on, so the reduction runs again on every turn. Picks of the shipped models did so (timed
 on znver3, 2026-12-01, against the ranking's next program without it, `bench/lean_pick.py`):
-generated for znver5, poolformer's group norm [1,4,4,96] 284 us against 2.5 (its 192-element
-partial sums redone per output) and the [1,24,64] layer norm of data2vec_audio 55 us against 1.3;
+generated for znver5, poolformer's group norm [1,4,4,96] 272 us against 2.5 (its 192-element
+partial sums redone per output) and the [1,24,64] layer norm of data2vec_audio 48 us against 1.0;
 generated for znver3, mpnet's layer norm 24 us against 0.6. TVM's flop estimate of the scheduled
 program counts every turn; over the task's own estimate (`flops_ratio`) those were 28-67x, while
 the first choices of the zoo's convolutions and matmuls count at most 1.4x (padding recomputed at
