@@ -5,6 +5,7 @@
     python bench/pick.py --models old=DIR new=DIR --picks cost --name pick-models   # models compared
     python bench/pick.py --picks cost --cost-models old=DIR new=DIR --name pick-costmodels   # cost models
     python bench/pick.py --picks cost --models old=DIR new=DIR --cost-models old=DIR new=DIR --paired   # both refit
+    python bench/pick.py --picks cost --lean-check both --name pick-lean   # the redone-work check, off and on
 
 For each held-out workload, the TLM tuner at budget 0 (no measurement) with each pick of
 `TuneConfig.pick`: "greedy" (word-by-word argmax), "logprob" (the most likely of 32 samples by
@@ -15,7 +16,9 @@ Runtime timed in one interleaved run (`--rounds` rounds, medians). Writes OUT/NA
 (NAME: --name, default pick). `--models LABEL=DIR ...`: each pick of each model (default: the
 shipped model for the host); `--cost-models LABEL=DIR ...`: the cost pick with each cost model
 (default: the shipped one for the host). `--paired`: the i-th model with the i-th cost model only
-(a refit of both judged as one), not every model with every cost model.
+(a refit of both judged as one), not every model with every cost model. `--lean-check both`: each
+contender also without the check that a first choice redoes no work (`TuneConfig.lean_check`),
+labelled `... no-lean`, before it.
 """
 
 from __future__ import annotations
@@ -53,6 +56,20 @@ def contenders(models: dict[str, str | None], picks: list[str], cost_models: dic
     return out
 
 
+def with_lean(runs: list[tuple], mode: str) -> list[tuple]:
+    """The contenders (label, pick, model dir, cost model, lean check) for `--lean-check` MODE
+    (on, off or both: each without the check, then with it)."""
+    if mode not in ("on", "off", "both"):
+        raise SystemExit(f"pick: --lean-check is on, off or both, not {mode!r}")
+    out = []
+    for label, *rest in runs:
+        if mode != "on":
+            out.append((f"{label} no-lean", *rest, False))
+        if mode != "off":
+            out.append((label, *rest, True))
+    return out
+
+
 def run_workload(name: str, target, rounds: int, samples: int, runs: list[tuple]) -> dict:
     import numpy as np
     import torch
@@ -68,9 +85,9 @@ def run_workload(name: str, target, rounds: int, samples: int, runs: list[tuple]
     imported, tasks = load_named(name, target)  # a zoo workload or a battery model
     args = [tvm.runtime.tensor(np.ascontiguousarray(x), tvm.cpu()) for x in imported.inputs]
     rows, fns = [], {}
-    for label, pick, model, cost_model in runs:
+    for label, pick, model, cost_model, lean in runs:
         db = tempfile.mkdtemp(prefix=f"tlm-pick-{pick}-")
-        cfg = TuneConfig(pick=pick, pick_samples=samples, cost_model=cost_model)
+        cfg = TuneConfig(pick=pick, pick_samples=samples, cost_model=cost_model, lean_check=lean)
         t0 = time.perf_counter()
         summary = tune(tasks, "tlm", 0, db, target=target, config=cfg, progress=False, model=model)
         tune_s = time.perf_counter() - t0
@@ -128,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cost-models", nargs="+", default=None,
                     help="LABEL=DIR ... for the cost pick (default: the shipped one for the host)")
     ap.add_argument("--paired", action="store_true", help="the i-th model with the i-th cost model only")
+    ap.add_argument("--lean-check", default="on", help="on, off or both: the redone-work check of first choices")
     ap.add_argument("--name", default="pick", help="results file name")
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args(argv)
@@ -141,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     cm = default_cost_model(target)
     models = dict(m.split("=", 1) for m in args.models) if args.models else {"shipped": None}
     cost_models = dict(c.split("=", 1) for c in args.cost_models) if args.cost_models else {"shipped": "auto"}
-    runs = contenders(models, args.picks, cost_models, args.paired)
+    runs = with_lean(contenders(models, args.picks, cost_models, args.paired), args.lean_check)
     labels = [r[0] for r in runs]
     data = {"created": time.strftime("%Y-%m-%d %H:%M:%S"), "cpu": target.cpu, "threads": target.cores,
             "rounds": args.rounds, "name": args.name, "labels": labels,
@@ -154,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                        + ("" if args.picks == list(PICKS) else " --picks " + " ".join(args.picks))
                        + (" --cost-models " + " ".join(args.cost_models) if args.cost_models else "")
                        + (" --paired" if args.paired else "")
+                       + ("" if args.lean_check == "on" else f" --lean-check {args.lean_check}")
                        + ("" if args.name == "pick" else f" --name {args.name}"), "workloads": {}}
     for name in args.workloads:
         data["workloads"][name] = run_workload(name, target, args.rounds, args.samples, runs)

@@ -17,3 +17,18 @@ def test_report_sums_the_changed_tasks_by_weight():
     assert "| poolformer | znver5 | 26 | 1 | 1120.00 | 10.00 | 112.00x |" in text
     assert "| poolformer | host | 26 | 0 | 0.00 | 0.00 | - |" in text
     assert "| poolformer | znver5 | group_norm2 | 4 | 28.4 | 1.0 | 2 | 280.0 | 2.5 | 112.00x | 2.0e-06 |" in text
+
+
+def test_pick_times_each_contender_without_the_check_then_with_it():
+    """bench/pick.py --lean-check both: the unchecked twin first, so the table's last-two ratio is
+    checked over unchecked; a bad mode is one line."""
+    import pytest
+
+    import pick
+
+    runs = pick.contenders({"shipped": None}, ["cost"], {"shipped": "auto"})
+    assert pick.with_lean(runs, "on") == [("cost", "cost", None, "auto", True)]
+    assert pick.with_lean(runs, "both") == [("cost no-lean", "cost", None, "auto", False), ("cost", "cost", None, "auto", True)]
+    assert [r[0] for r in pick.with_lean(runs, "off")] == ["cost no-lean"]
+    with pytest.raises(SystemExit, match="on, off or both"):
+        pick.with_lean(runs, "maybe")

@@ -6,6 +6,7 @@ import pytest
 import workloads_tir as w
 
 from tlm.errors import TlmError
+from tlm.search.base import TuneConfig
 
 
 def tiny_model(tasks, target, out):
@@ -424,6 +425,7 @@ def test_first_choice_that_llvm_builds_in_time(capsys):
     from tlm.search.tlm_tuner import TlmTuner
 
     tuner = TlmTuner.__new__(TlmTuner)
+    tuner.config = TuneConfig()
     tuner.target = SimpleNamespace(kind="llvm")
     task = SimpleNamespace(name="fused_conv1d")
     costs = {"a": 77616, "b": 9000, "c": 0, "d": 0}
@@ -448,6 +450,7 @@ def test_a_first_choice_that_redoes_work_gives_way_to_a_lean_one(capsys):
     from tlm.search.tlm_tuner import TlmTuner
 
     tuner = TlmTuner.__new__(TlmTuner)
+    tuner.config = TuneConfig()
     tuner.target = SimpleNamespace(kind="llvm")
     tuner._build_cost = lambda t, g: 0
     task = SimpleNamespace(name="group_norm2")
@@ -460,6 +463,10 @@ def test_a_first_choice_that_redoes_work_gives_way_to_a_lean_one(capsys):
     assert tuner.first_choice(task, ["select3", "select"]) == ["select"]  # 8.1 > 2 x 4.0
     tuner._flops_ratio = lambda t, g: None  # no estimate: not judged
     assert tuner.first_choice(task, ["slow"]) == ["slow"] and capsys.readouterr().err.count("note") == 1
+    tuner._flops_ratio = lambda t, g: ratios[g]
+    tuner.config = TuneConfig(lean_check=False)  # the check off (bench/pick.py --lean-check both): kept
+    assert tuner.first_choice(task, ["slow", "mild"]) == ["slow"] and capsys.readouterr().err == ""
+    assert tuner._lean(task, "slow")
 
 
 def test_the_shipped_gpu_models_serve_the_hopper_cards_and_name_themselves_for_others(capsys):
@@ -490,6 +497,7 @@ def test_a_cuda_pick_that_does_not_lower_gives_way_to_the_next(monkeypatch, caps
     from tlm.search.tlm_tuner import TlmTuner
 
     tuner = TlmTuner.__new__(TlmTuner)
+    tuner.config = TuneConfig()
     tuner.target = resolve_target("h100")
     monkeypatch.setattr(tuner, "schedule", lambda task, g: SimpleNamespace(mod=g), raising=False)
     monkeypatch.setattr(cb, "lower_cuda", lambda mod, target: cb.CudaProgram(error=None if mod.startswith("ok") else

@@ -35,6 +35,9 @@ class TuneConfig:
     # "greedy" (word-by-word argmax). cost < logprob < greedy in latency (bench/results/learning-cm).
     pick: str = "cost"
     pick_samples: int = 32
+    # tlm: a first choice that redoes work gives way to the next one ranked (tlm.space.build_cost);
+    # False keeps it (to time a model with and without the check: bench/pick.py --lean-check both)
+    lean_check: bool = True
     # tlm: the cost model ranking the model's samples (tlm.search.costmodel): "auto" (the shipped
     # one for the target, if any), "none", or a directory. With one, a task's n new programs are
     # the n it ranks first of `cm_pool` x n samples (the rest are not measured).
