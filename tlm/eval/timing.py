@@ -26,18 +26,32 @@ def reference_runners(imported, threads: int) -> tuple[dict[str, Callable], str 
     return fns, note
 
 
-def interleaved(fns: dict[str, Callable], rounds: int, min_ms: float = 200.0) -> dict[str, list[float]]:
-    """ms per call of every contender, once per round, contenders interleaved within a round."""
+def run_for(fn: Callable, ms: float) -> tuple[int, float]:
+    """(calls, seconds): `fn` called back to back for at least `ms` milliseconds (once at least)."""
+    n, t0 = 0, time.perf_counter()
+    while (el := time.perf_counter() - t0) * 1e3 < ms or n == 0:
+        fn()
+        n += 1
+    return n, el
+
+
+def interleaved(fns: dict[str, Callable], rounds: int, min_ms: float = 200.0,
+                settle_ms: float = 50.0) -> dict[str, list[float]]:
+    """ms per call of every contender, once per round, contenders interleaved within a round.
+
+    Each contender first runs untimed for `settle_ms` (the runtime before it stops spinning its
+    threads, its own thread pool wakes), and the order rotates by one each round: timed in a
+    fixed order without that, the first of two identical tlm builds of a sub-millisecond model ran
+    1.35x slower than the second, round after round (znver3, 2026-12-02, after ONNX Runtime)."""
     import torch
 
-    times: dict[str, list[float]] = {k: [] for k in fns}
+    keys = list(fns)
+    times: dict[str, list[float]] = {k: [] for k in keys}
     with torch.no_grad():
         [fn() for fn in fns.values()]  # warm-up
-        for _ in range(max(1, rounds)):
-            for k, fn in fns.items():
-                n, t0 = 0, time.perf_counter()
-                while (el := time.perf_counter() - t0) * 1e3 < min_ms or n == 0:
-                    fn()
-                    n += 1
+        for r in range(max(1, rounds)):
+            for k in keys[r % len(keys):] + keys[:r % len(keys)]:
+                run_for(fns[k], settle_ms)
+                n, el = run_for(fns[k], min_ms)
                 times[k].append(el * 1e3 / n)
     return times
