@@ -21,6 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from xcore import write_table  # noqa: E402 - bench/ is on the path when a bench script runs
+
 
 def old_interleaved(fns: dict, rounds: int, min_ms: float = 200.0) -> dict[str, list[float]]:
     """The timer before 2026-12-02: a fixed order, no settling."""
@@ -38,20 +40,22 @@ def old_interleaved(fns: dict, rounds: int, min_ms: float = 200.0) -> dict[str, 
     return times
 
 
+HEADER = "date | hardware | commit | workload | library | timer | a ms | b ms | b / a | PyTorch ms | ONNX Runtime ms | rounds"
+
+
+def _cells(r: dict) -> list:
+    return [r["date"], r["hardware"], r["commit"], r["workload"], r["library"], r["timer"], f"{r['a']:.3g}",
+            f"{r['b']:.3g}", f"{r['b'] / r['a']:.2f}", f"{r.get('pytorch', 0):.3g}", f"{r.get('onnxruntime', 0):.3g}",
+            r["rounds"]]
+
+
 def write(rows: list[dict], out: Path) -> None:
-    lines = ["# A/A: the position bias of the interleaved timer", "",
-             "`python bench/interleave_aa.py WORKLOAD LIB --rounds R`: one tlm library loaded twice (a, b) and timed "
-             "beside PyTorch eager and ONNX Runtime (2 threads each), medians of the rounds in ms. `old`: the fixed "
-             "order a, b, PyTorch, ONNX Runtime, each timed at once (tlm.eval.timing before 2026-12-02: `tlm eval`'s "
-             "end-to-end step, bench/pick.py, bench/ceiling*.py); `new`: 50 ms untimed before each contender and the "
-             "order rotated each round. b / a of identical builds should be 1.", "",
-             "| date | hardware | commit | workload | library | timer | a ms | b ms | b / a | PyTorch ms | ONNX Runtime ms | rounds |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['date']} | {r['hardware']} | {r['commit']} | {r['workload']} | {r['library']} | {r['timer']} | "
-                     f"{r['a']:.3g} | {r['b']:.3g} | {r['b'] / r['a']:.2f} | {r.get('pytorch', 0):.3g} | "
-                     f"{r.get('onnxruntime', 0):.3g} | {r['rounds']} |")
-    (out.with_suffix(".md")).write_text("\n".join(lines) + "\n")
+    write_table(out, "A/A: the position bias of the interleaved timer",
+                "`python bench/interleave_aa.py WORKLOAD LIB --rounds R`: one tlm library loaded twice (a, b) and timed "
+                "beside PyTorch eager and ONNX Runtime (2 threads each), medians of the rounds in ms. `old`: the fixed "
+                "order a, b, PyTorch, ONNX Runtime, each timed at once (tlm.eval.timing before 2026-12-02: `tlm eval`'s "
+                "end-to-end step, bench/pick.py, bench/ceiling*.py); `new`: 50 ms untimed before each contender and the "
+                "order rotated each round. b / a of identical builds should be 1.", HEADER, _cells, rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,7 +96,6 @@ def main(argv: list[str] | None = None) -> int:
                      "commit": commit, "workload": args.workload, "library": Path(args.library).name,
                      "timer": name, "rounds": args.rounds, **ms})
         print(args.workload, name, {k: round(v, 3) for k, v in ms.items()}, f"b/a {ms['b'] / ms['a']:.2f}", flush=True)
-    path.write_text(json.dumps(rows, indent=1))
     write(rows, out)
     return 0
 
