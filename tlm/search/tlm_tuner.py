@@ -136,7 +136,11 @@ class TlmTuner(Tuner):
         """Whether a program redoes no work by the absolute limit (tlm.space.build_cost.REDUNDANCY_LIMIT)."""
         from tlm.space.build_cost import REDUNDANCY_LIMIT, redundancy
 
-        return not self.config.lean_check or redundancy(self._flops_ratio(task, g), REDUNDANCY_LIMIT) is None
+        return redundancy(self._judged_ratio(task, g), REDUNDANCY_LIMIT) is None
+
+    def _judged_ratio(self, task: Task, g) -> float | None:
+        """The flops ratio the redone-work check judges, or None (not judged) with `TuneConfig.lean_check` off."""
+        return self._flops_ratio(task, g) if self.config.lean_check else None
 
     def _flops_ratio(self, task: Task, g) -> float | None:
         """TVM's flop estimate of a program over its task's (tlm.space.build_cost.flops_ratio), or None."""
@@ -163,8 +167,7 @@ class TlmTuner(Tuner):
         that before the whole-model plan)."""
         from tlm.space.build_cost import first_fine, lean_limit, lowering_problem, odd_lanes_problem, redundancy
 
-        check = self.config.lean_check
-        ratios = {id(g): self._flops_ratio(task, g) if check else None for g in ranked}
+        ratios = {id(g): self._judged_ratio(task, g) for g in ranked}
         limit = lean_limit(list(ratios.values()))
 
         def problem(g) -> str | None:
