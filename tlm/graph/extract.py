@@ -29,14 +29,15 @@ from tlm.graph.tasks import Task, task_from_mod
 # 4: zero pads folded into convs, 2-D convs in NHWC (tlm.graph.layout).
 # 5: transposed 2-D convs as one sub-pixel conv2d + depth-to-space (tlm.graph.deconv).
 # 6: 1-D convs in NWC (tlm.graph.layout).
-EXTRACT_VERSION = 6
+# 7: inference batch norms folded into the convs before them (tlm.graph.batchnorm).
+EXTRACT_VERSION = 7
 
 
 def code_digest() -> str:
     """Digest of the code that defines models and extraction: editing it invalidates the cache."""
     here = Path(__file__).parent
     files = [here / "importer.py", here / "passes.py", here / "layout.py", here / "widths.py", here / "rewrite.py",
-             here / "deconv.py", here / "diagnose.py", here / "extract.py", here / "zoo.py", here / "tasks.py",
+             here / "deconv.py", here / "batchnorm.py", here / "diagnose.py", here / "extract.py", here / "zoo.py", here / "tasks.py",
              *sorted((here / "models").glob("*.py"))]
     return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
 

@@ -1,8 +1,8 @@
 """Graph passes: what tlm changes in TVM's Relax pipeline, and the one pass list that both task
 extraction and the whole-model compile run (so tuned records always find their tasks).
 
-- `prepare`: before fusion, target-independent: batch norm decomposed into arithmetic that fuses
-  into convs, zero pads folded into convs and convs in NHWC (tlm.graph.layout), constant operands of commutative ops put second (frontend-independent hashes),
+- `prepare`: before fusion, target-independent: inference batch norms folded into the convs before
+  them, others one multiply-add (tlm.graph.batchnorm), zero pads folded into convs and convs in NHWC (tlm.graph.layout), constant operands of commutative ops put second (frontend-independent hashes),
   elementwise ops moved before reshapes so they fuse into the matmul before (`sink_reshapes`),
   matmuls of odd widths split into a round part and a padded tail (tlm.graph.widths).
 - `fuse_passes`: library dispatch, legalization with fast vectorizable math (`FAST_MATH`),
@@ -144,9 +144,10 @@ def sink_reshapes(mod):
     return relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(mod))
 
 
-def prepare(mod, sink: bool = True, conv_layout: str | None = None):
-    """Passes before fusion: batch norm becomes arithmetic that fuses into convs; zero pads fold
-    into the convs after them and convs take `conv_layout` (default
+def prepare(mod, sink: bool = True, conv_layout: str | None = None, fold_bn: bool = True):
+    """Passes before fusion: inference batch norms fold into the convs before them, others become
+    one multiply-add (tlm.graph.batchnorm; `fold_bn=False` leaves them as TVM decomposes them, for
+    the benchmarks' "before"); zero pads fold into the convs after them and convs take `conv_layout` (default
     `tlm.graph.layout.CONV_LAYOUT`; tlm.graph.layout); operand order is made
     frontend-independent; elementwise ops move before reshapes (into matmul epilogues;
     `sink=False` leaves them, for the benchmarks' "before"); matmuls of odd widths computed as a
@@ -155,12 +156,13 @@ def prepare(mod, sink: bool = True, conv_layout: str | None = None):
     sub-pixel conv2d and a depth-to-space, before the layout pass (tlm.graph.deconv)."""
     from tvm import relax
 
+    from tlm.graph.batchnorm import fold_batch_norms
     from tlm.graph.deconv import subpixel_conv_transpose
     from tlm.graph.layout import CONV_LAYOUT, convert_conv_layout, fold_pads
     from tlm.graph.widths import split_odd_widths
     from tlm.graph.rewrite import flatten_matmuls, fold_gelu, round_epsilons
 
-    mod = relax.transform.DecomposeOpsForInference()(mod)
+    mod = relax.transform.DecomposeOpsForInference()(fold_batch_norms(mod) if fold_bn else mod)
     mod = round_epsilons(flatten_matmuls(fold_gelu(relax.transform.CanonicalizeBindings()(mod))))
     mod = subpixel_conv_transpose(mod)
     mod = convert_conv_layout(fold_pads(mod), conv_layout or CONV_LAYOUT)

@@ -78,10 +78,10 @@ def fold_gelu(mod):
         new = rewrite_call(pattern, rewriter, func)
         return None if new.same_as(func) else new
 
-    return _per_function(mod, per_func)
+    return per_function(mod, per_func)
 
 
-def _per_function(mod, rewrite):
+def per_function(mod, rewrite):
     """`mod` with each Relax function replaced by `rewrite(func)` where that is not None; `mod`
     itself when nothing changed (callers tell "nothing to do" by identity)."""
     from tvm import relax
@@ -95,7 +95,7 @@ def _per_function(mod, rewrite):
 
 
 def _mutate(mod, mutator):
-    """`_per_function` with a fresh `mutator(mod)` per function, whose `changed` says whether its
+    """`per_function` with a fresh `mutator(mod)` per function, whose `changed` says whether its
     visit changed anything."""
 
     def per_func(func):
@@ -103,7 +103,7 @@ def _mutate(mod, mutator):
         new = visitor.visit_expr(func)
         return new if visitor.changed else None
 
-    return _per_function(mod, per_func)
+    return per_function(mod, per_func)
 
 
 def flatten_matmuls(mod):

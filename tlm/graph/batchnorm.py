@@ -1,0 +1,156 @@
+"""Inference batch norms folded into the convolution before them, run first by
+`tlm.graph.passes.prepare`.
+
+torch.export writes a CNN's `Conv2d(bias=False)` + `BatchNorm2d` as a conv and an inference
+`R.nn.batch_norm`, which TVM decomposes into `(y - mean) / sqrt(var + eps) * gamma + beta`: four
+per-channel operands and a division per output element, fused into every conv task's epilogue. A
+division costs more than the multiply-adds of a small-channel 1x1 or depthwise conv (MobileNetV2's
+expansions read 16-24 input channels; a 3x3 depthwise conv does 9 multiply-adds per output). With
+constant weights the norm is an affine map per output channel, so
+
+    s = gamma / sqrt(var + eps);   W'[o, ...] = W[o, ...] * s[o];   b' = (b - mean) * s + beta
+
+and the pair is `conv(x, W') + b'`: what ONNX Runtime's graph optimizer, Relay's FoldScaleAxis
+and `torch.onnx.export` in eval mode do, so the PyTorch door now gives the conv-plus-bias tasks of
+the ONNX door. Computed in float64 with numpy at rewrite time, then float32.
+
+Folded: `conv1d` / `conv2d` (data NCW / NCHW, kernel OIW / OIHW, any groups) and `conv2d_transpose`
+(NCHW, IOHW, groups 1; before tlm.graph.deconv rewrites it), each with a constant weight and
+optionally a constant per-channel bias added before the norm, and a batch norm over axis 1 with
+constant parameters in inference mode. A norm after anything else (DenseNet's BN -> ReLU -> conv,
+a `BatchNorm1d` after a `Linear`) becomes `x * s + (beta - mean * s)`: one multiply-add per
+element, no division. Norms with parameters that are not constants are left as they were.
+"""
+
+from __future__ import annotations
+
+_CONVS = {  # op: (data layout, kernel layout, the kernel's output-channel axis)
+    "relax.nn.conv1d": ("NCW", "OIW", 0),
+    "relax.nn.conv2d": ("NCHW", "OIHW", 0),
+    "relax.nn.conv2d_transpose": ("NCHW", "IOHW", 1),
+}
+
+
+def _array(expr):
+    """The numpy value of a constant expression, else None."""
+    from tvm.ir.expr import Constant
+
+    return expr.value.numpy() if isinstance(expr, Constant) else None
+
+
+def _channel_bias(bias, channels: int, ndim: int):
+    """`bias` as a (channels,) float64 vector when it adds one value per channel of an
+    N-C-spatial output of `ndim` axes (shapes like (1, C, 1, 1) or (C, 1, 1)), else None."""
+    import numpy as np
+
+    if bias is None or bias.ndim > ndim or bias.size != channels:
+        return None
+    full = (1,) * (ndim - bias.ndim) + bias.shape
+    if full[1] != channels or any(d != 1 for i, d in enumerate(full) if i != 1):
+        return None
+    return bias.reshape(channels).astype(np.float64)
+
+
+def _folded(conv, bias, bn):
+    """(W', b') for `conv` (+ `bias`) -> `bn`, or None where the pair does not qualify."""
+    import numpy as np
+
+    name = str(conv.op.name)
+    data_layout, kernel_layout, axis = _CONVS[name]
+    a = conv.attrs
+    if (str(a.data_layout), str(a.kernel_layout)) != (data_layout, kernel_layout) \
+            or str(a.out_layout or data_layout) != data_layout:
+        return None
+    if name == "relax.nn.conv2d_transpose" and int(a.groups) != 1:
+        return None
+    if int(bn.attrs.axis) != 1 or bool(getattr(bn.attrs, "training", False)):
+        return None
+    weight = _array(conv.args[1])
+    params = [_array(p) for p in bn.args[1:]]
+    if weight is None or weight.dtype != np.float32 or any(p is None for p in params):
+        return None
+    gamma, beta, mean, var = (p.astype(np.float64).reshape(-1) for p in params)
+    channels = weight.shape[axis] * (int(a.groups) if name == "relax.nn.conv2d_transpose" else 1)
+    ndim = len(data_layout)
+    if any(p.size != channels for p in (gamma, beta, mean, var)):
+        return None
+    if not bn.attrs.scale:
+        gamma = np.ones(channels)
+    if not bn.attrs.center:
+        beta = np.zeros(channels)
+    b = np.zeros(channels) if bias is None else _channel_bias(bias, channels, ndim)
+    if b is None:
+        return None
+    s = gamma / np.sqrt(var + float(bn.attrs.epsilon))
+    shape = [1] * weight.ndim
+    shape[axis] = channels
+    w = (weight.astype(np.float64) * s.reshape(shape)).astype(np.float32)
+    return w, ((b - mean) * s + beta).astype(np.float32).reshape((1, channels) + (1,) * (ndim - 2))
+
+
+def _affine(bn, ndim: int):
+    """(s, t) with `bn(x) = x * s + t` for an inference norm with constant parameters over axis
+    `axis` of an `ndim`-axis input, shaped to broadcast there; None where it does not qualify."""
+    import numpy as np
+
+    a = bn.attrs
+    params = [_array(p) for p in bn.args[1:]]
+    if bool(getattr(a, "training", False)) or any(p is None or p.dtype != np.float32 for p in params):
+        return None
+    axis = int(a.axis) % ndim
+    gamma, beta, mean, var = (p.astype(np.float64).reshape(-1) for p in params)
+    gamma = gamma if a.scale else np.ones_like(mean)
+    beta = beta if a.center else np.zeros_like(mean)
+    s = gamma / np.sqrt(var + float(a.epsilon))
+    shape = (mean.size,) + (1,) * (ndim - 1 - axis)
+    return s.astype(np.float32).reshape(shape), (beta - mean * s).astype(np.float32).reshape(shape)
+
+
+def fold_batch_norms(mod):
+    """`mod` with every qualifying conv (+ bias) -> inference batch norm pair as `conv(x, W') + b'`
+    and every other inference norm with constant parameters as `x * s + t`; `mod` itself when
+    there is none."""
+    from tvm import relax
+    from tvm.relax.dpl import TupleGetItemPattern, is_const, is_op, rewrite_call, wildcard
+
+    from tlm.graph.layout import static_shape
+    from tlm.graph.rewrite import per_function
+
+    x, weight, bias_value = wildcard(), is_const(), is_const()
+    bias = bias_value | is_op("relax.reshape")(bias_value, wildcard())  # torch.export reshapes it
+    conv = is_op("relax.nn.conv1d")(x, weight) | is_op("relax.nn.conv2d")(x, weight) \
+        | is_op("relax.nn.conv2d_transpose")(x, weight)
+    biased = is_op("relax.add")(conv, bias)
+    params = [is_const() for _ in range(4)]
+    bn = is_op("relax.nn.batch_norm")(conv | biased, *params)
+    pattern = TupleGetItemPattern(bn, 0)
+
+    def rewriter(expr, matches):
+        call = matches[conv]
+        b = None
+        if biased in matches:  # the constant, in the shape it is added in
+            b, shape = _array(matches[bias_value]), static_shape(matches[bias])
+            b = None if shape is None else b.reshape(shape)
+        folded = _folded(call, b, matches[bn]) if b is not None or biased not in matches else None
+        if folded is None:
+            return expr
+        w, b = folded
+        new = relax.Call(call.op, [matches[x], relax.const(w)], call.attrs, call.ty_args)
+        return relax.op.add(new, relax.const(b))
+
+    y = wildcard()
+    norm = is_op("relax.nn.batch_norm")(y, *[is_const() for _ in range(4)])
+    rest = TupleGetItemPattern(norm, 0)
+
+    def affine(expr, matches):
+        shape = static_shape(matches[y])
+        st = None if shape is None else _affine(matches[norm], len(shape))
+        if st is None:
+            return expr
+        return relax.op.add(relax.op.multiply(matches[y], relax.const(st[0])), relax.const(st[1]))
+
+    def per_func(func):
+        new = rewrite_call(rest, affine, rewrite_call(pattern, rewriter, func))
+        return None if new.same_as(func) else new
+
+    return per_function(mod, per_func)
