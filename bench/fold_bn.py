@@ -3,9 +3,9 @@ in each conv task's epilogue, whole models.
 
     python bench/fold_bn.py [--workloads mobilenet_v2 resnet_50] [--budgets 0 10g] [--rounds 9]
 
-For each workload the same model (same random weights) is imported twice: `kept` (fold_bn=False:
-the norm decomposed into subtract, divide, multiply and add, fused into every conv task, as tlm
-compiled CNNs before 2026-12-02) and `folded` (today's default: `conv(x, W') + b'`). Each variant's
+For each workload the same model (same random weights) is imported twice: `kept` (fold_bn=False,
+the default: the norm decomposed into subtract, divide, multiply and add, fused into every conv
+task) and `folded` (fold_bn=True: `conv(x, W') + b'`). Each variant's
 tasks are tuned by the TLM tuner with the shipped models at each budget into a database of its
 own under work/fold-bn/<cpu>-<cores>c/ (a killed run resumes: a tuned build is not tuned again),
 compiled as `tlm compile` does (final pick included), its output checked against PyTorch, and all
@@ -45,8 +45,8 @@ def _cells(r: dict) -> list:
 def write(rows: list[dict], out: Path) -> None:
     write_table(out, "Batch norms folded into convs, whole models",
                 "`python bench/fold_bn.py --workloads W --budgets B --rounds R` (see its docstring): the same model "
-                "compiled with its batch norms left as arithmetic in each conv task's epilogue (`kept`, tlm before "
-                "2026-12-02) and folded into the convs' weights and a bias (`folded`, tlm.graph.batchnorm), each tuned "
+                "compiled with its batch norms left as arithmetic in each conv task's epilogue (`kept`, tlm's "
+                "default) and folded into the convs' weights and a bias (`folded`, tlm.graph.batchnorm), each tuned "
                 "by the TLM tuner (shipped models) at the budget into its own database, outputs checked against "
                 "PyTorch, timed in one interleaved run beside PyTorch eager and ONNX Runtime (settled, rotated; "
                 "medians in ms; above 1x: folding is faster).", HEADER, _cells, rows)

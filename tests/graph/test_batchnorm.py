@@ -1,4 +1,5 @@
-"""Inference batch norms folded into the convs before them (tlm.graph.batchnorm): no norm left
+"""Inference batch norms folded into the convs before them (tlm.graph.batchnorm, opted in with
+`fold_bn=True`; off by default): no norm left
 where a conv (with or without a bias, grouped or not, 1-D, 2-D or transposed) feeds one; the
 result matches PyTorch for random shapes and statistics; norms after anything else are left as
 one multiply-add and still match; a CNN's conv tasks lose the norm's division."""
@@ -34,15 +35,15 @@ def _randomize(module: torch.nn.Module, seed: int) -> torch.nn.Module:
 
 
 def _check(module, x: torch.Tensor, unfolded: int = 0) -> None:
-    """Imported through `import_torch` (which runs `prepare`): no batch norm's division remains
+    """Imported through `import_torch(fold_bn=True)` (which runs `prepare`): no batch norm's division remains
     (`unfolded` norms follow no conv: each a multiply-add), and the built module
     matches PyTorch."""
     from tlm.graph.importer import import_torch
 
     with torch.no_grad():
         want = module(x).numpy()
-    kept = import_torch(module, (x,), fold_bn=False).mod
-    mod = import_torch(module, (x,)).mod
+    kept = import_torch(module, (x,)).mod  # the default: the norm decomposed, its division kept
+    mod = import_torch(module, (x,), fold_bn=True).mod
     script = mod.script()
     assert "R.divide(" not in script and "batch_norm" not in script, script
     assert script.count("R.multiply(") == unfolded, script
@@ -99,15 +100,15 @@ def test_cnn_conv_tasks_lose_the_division():
                                             torch.nn.ReLU()), 3)
     x = (torch.randn(1, 3, 12, 12),)
     host = resolve_target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
-    folded = [t.name for t in extract_from_relax(import_torch(module, x).mod, host)]
-    kept = [t.name for t in extract_from_relax(import_torch(module, x, fold_bn=False).mod, host)]
+    folded = [t.name for t in extract_from_relax(import_torch(module, x, fold_bn=True).mod, host)]
+    kept = [t.name for t in extract_from_relax(import_torch(module, x).mod, host)]
     assert any("divide" in n for n in kept) and not any("divide" in n for n in folded), (kept, folded)
     assert any(n.startswith("fused_conv2d_add") for n in folded), folded
 
 
 def test_both_doors_give_the_same_conv_tasks(tmp_path, host):
     """`torch.onnx.export` folds a conv's batch norm into its weights and a bias; the PyTorch door
-    now does too, so both give the same conv tasks, and the ONNX door's build still matches."""
+    does too when asked, so both give the same conv tasks, and the ONNX door's build still matches."""
     import tvm
     from tvm import relax
 
@@ -123,7 +124,7 @@ def test_both_doors_give_the_same_conv_tasks(tmp_path, host):
     torch.onnx.export(module, x, path, dynamo=False, opset_version=17)
     onnx_mod = import_onnx(path).mod
     convs = lambda mod: {t.hash for t in extract_from_relax(mod, host) if "conv2d" in t.name}  # noqa: E731
-    from_torch = convs(import_torch(module, x).mod)
+    from_torch = convs(import_torch(module, x, fold_bn=True).mod)
     assert len(from_torch) == 2 and from_torch == convs(onnx_mod)
     vm = relax.VirtualMachine(tvm.compile(onnx_mod, target="llvm"), tvm.cpu())
     with torch.no_grad():

@@ -1,5 +1,5 @@
 """Inference batch norms folded into the convolution before them, run first by
-`tlm.graph.passes.prepare`.
+`tlm.graph.passes.prepare(fold_bn=True)`: OFF by default, see the last paragraph.
 
 torch.export writes a CNN's `Conv2d(bias=False)` + `BatchNorm2d` as a conv and an inference
 `R.nn.batch_norm`, which TVM decomposes into `(y - mean) / sqrt(var + eps) * gamma + beta`: four
@@ -20,6 +20,13 @@ optionally a constant per-channel bias added before the norm, and a batch norm o
 constant parameters in inference mode. A norm after anything else (DenseNet's BN -> ReLU -> conv,
 a `BatchNorm1d` after a `Linear`) becomes `x * s + (beta - mean * s)`: one multiply-add per
 element, no division. Norms with parameters that are not constants are left as they were.
+
+Why off: measured on znver3 (2026-12-02, `python bench/fold_bn.py`, bench/results/fold_bn.md),
+each variant tuned by the shipped TLM, whole models timed interleaved: resnet_50 1.10-1.11x faster
+folded at budget 0 but mobilenet_v2 0.89-0.92x, and 0.95-0.96x for both at 10g (the tuned tasks'
+weighted one-thread sums 1.04-1.07x faster folded). The shipped models never saw a conv task
+without the norm's arithmetic (their corpus has none), so their picks, not the saved divisions,
+decide. Turn it on with a refit whose corpus holds the folded tasks, judged the same way.
 """
 
 from __future__ import annotations

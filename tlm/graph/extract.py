@@ -29,8 +29,7 @@ from tlm.graph.tasks import Task, task_from_mod
 # 4: zero pads folded into convs, 2-D convs in NHWC (tlm.graph.layout).
 # 5: transposed 2-D convs as one sub-pixel conv2d + depth-to-space (tlm.graph.deconv).
 # 6: 1-D convs in NWC (tlm.graph.layout).
-# 7: inference batch norms folded into the convs before them (tlm.graph.batchnorm).
-EXTRACT_VERSION = 7
+EXTRACT_VERSION = 6
 
 
 def code_digest() -> str:

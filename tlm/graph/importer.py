@@ -45,11 +45,11 @@ def _first_tensor(out):
 
 
 def import_torch(module, example_inputs, source: str = "<module>", sink_reshapes: bool = True,
-                 conv_layout: str | None = None, fold_bn: bool = True) -> ImportedModel:
+                 conv_layout: str | None = None, fold_bn: bool = False) -> ImportedModel:
     """Import a torch.nn.Module with torch.export -> Relax (`sink_reshapes=False`: without
     tlm.graph.passes.sink_reshapes, the benchmarks' "before"; `conv_layout`: "NCHW" or "NHWC",
-    default tlm.graph.layout.CONV_LAYOUT; `fold_bn=False`: batch norms not folded into convs,
-    tlm.graph.batchnorm)."""
+    default tlm.graph.layout.CONV_LAYOUT; `fold_bn=True`: batch norms folded into the convs'
+    weights, tlm.graph.batchnorm, off by default: see there)."""
     import numpy as np
     import torch
     from tvm.relax.frontend.torch import from_exported_program
@@ -92,7 +92,7 @@ def import_torch(module, example_inputs, source: str = "<module>", sink_reshapes
     return ImportedModel(source, _prepared(mod, sink_reshapes, conv_layout, fold_bn), inputs, reference, module, example_inputs)
 
 
-def _prepared(mod, sink: bool = True, conv_layout: str | None = None, fold_bn: bool = True):
+def _prepared(mod, sink: bool = True, conv_layout: str | None = None, fold_bn: bool = False):
     """`prepare`, its failures named by stage (layout pass, graph preparation) and operator."""
     try:
         return prepare(mod, sink, conv_layout, fold_bn)

@@ -1,8 +1,8 @@
 """Graph passes: what tlm changes in TVM's Relax pipeline, and the one pass list that both task
 extraction and the whole-model compile run (so tuned records always find their tasks).
 
-- `prepare`: before fusion, target-independent: inference batch norms folded into the convs before
-  them, others one multiply-add (tlm.graph.batchnorm), zero pads folded into convs and convs in NHWC (tlm.graph.layout), constant operands of commutative ops put second (frontend-independent hashes),
+- `prepare`: before fusion, target-independent: batch norm decomposed into arithmetic that fuses
+  into convs (or, opted in, folded into their weights: tlm.graph.batchnorm), zero pads folded into convs and convs in NHWC (tlm.graph.layout), constant operands of commutative ops put second (frontend-independent hashes),
   elementwise ops moved before reshapes so they fuse into the matmul before (`sink_reshapes`),
   matmuls of odd widths split into a round part and a padded tail (tlm.graph.widths).
 - `fuse_passes`: library dispatch, legalization with fast vectorizable math (`FAST_MATH`),
@@ -144,10 +144,10 @@ def sink_reshapes(mod):
     return relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(mod))
 
 
-def prepare(mod, sink: bool = True, conv_layout: str | None = None, fold_bn: bool = True):
-    """Passes before fusion: inference batch norms fold into the convs before them, others become
-    one multiply-add (tlm.graph.batchnorm; `fold_bn=False` leaves them as TVM decomposes them, for
-    the benchmarks' "before"); zero pads fold into the convs after them and convs take `conv_layout` (default
+def prepare(mod, sink: bool = True, conv_layout: str | None = None, fold_bn: bool = False):
+    """Passes before fusion: batch norms become arithmetic that fuses into the convs before them
+    (`fold_bn=True`: folded into those convs' weights instead, tlm.graph.batchnorm, off until the
+    shipped models are refit on such tasks); zero pads fold into the convs after them and convs take `conv_layout` (default
     `tlm.graph.layout.CONV_LAYOUT`; tlm.graph.layout); operand order is made
     frontend-independent; elementwise ops move before reshapes (into matmul epilogues;
     `sink=False` leaves them, for the benchmarks' "before"); matmuls of odd widths computed as a
