@@ -173,3 +173,32 @@ def test_integer_arithmetic_takes_pytorchs_promoted_dtype(form):
     got = vm["main"](tvm.runtime.tensor(x.numpy())).numpy()
     assert str(got.dtype) == str(want.dtype).replace("torch.", "")
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_onnx_clip_gives_the_pytorch_door_conv_tasks(tmp_path, host):
+    """TVM's ONNX importer writes Clip (ReLU6, Hardtanh) as call_tirs of TOPI's maximum and minimum,
+    which the layout pass cannot see through; lift_min_max gives the PyTorch door's conv tasks
+    (the clip fused into each conv, no transposes of their own), the output unchanged."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU6(), torch.nn.Conv2d(8, 8, 3, groups=8),
+                                torch.nn.Hardtanh(-1.5, 2.0)).eval()
+    _same_tasks_from_both_doors(model, (torch.randn(1, 3, 12, 12),), tmp_path, host, lambda t: True, 4, tol=1e-4)
+
+
+def test_lift_min_max_checks_the_called_function():
+    """A call_tir named `maximum` whose function computes something else is left alone."""
+    from tvm import relax, topi
+
+    from tlm.graph.rewrite import lift_min_max
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 3), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            c = bb.emit(relax.const(0.5, "float32"))
+            out = bb.emit_output(bb.call_te(topi.minimum, x, c, primfunc_name_hint="maximum"))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    assert lift_min_max(mod) is mod

@@ -152,7 +152,7 @@ def prepare(mod, sink: bool = True, conv_layout: str | None = None, fold_bn: boo
     frontend-independent; elementwise ops move before reshapes (into matmul epilogues;
     `sink=False` leaves them, for the benchmarks' "before"); matmuls of odd widths computed as a
     round part and a padded tail (tlm.graph.widths); an ONNX export's
-    exact-GELU chain is `gelu` again and its N-D matmuls 2-D (tlm.graph.rewrite); transposed 2-D convs become one
+    `Clip` is `maximum` / `minimum` again and its exact-GELU chain `gelu` and its N-D matmuls 2-D (tlm.graph.rewrite); transposed 2-D convs become one
     sub-pixel conv2d and a depth-to-space, before the layout pass (tlm.graph.deconv)."""
     from tvm import relax
 
@@ -160,10 +160,10 @@ def prepare(mod, sink: bool = True, conv_layout: str | None = None, fold_bn: boo
     from tlm.graph.deconv import subpixel_conv_transpose
     from tlm.graph.layout import CONV_LAYOUT, convert_conv_layout, fold_pads
     from tlm.graph.widths import split_odd_widths
-    from tlm.graph.rewrite import flatten_matmuls, fold_gelu, round_epsilons
+    from tlm.graph.rewrite import flatten_matmuls, fold_gelu, lift_min_max, round_epsilons
 
     mod = relax.transform.DecomposeOpsForInference()(fold_batch_norms(mod) if fold_bn else mod)
-    mod = round_epsilons(flatten_matmuls(fold_gelu(relax.transform.CanonicalizeBindings()(mod))))
+    mod = round_epsilons(flatten_matmuls(fold_gelu(lift_min_max(relax.transform.CanonicalizeBindings()(mod)))))
     mod = subpixel_conv_transpose(mod)
     mod = convert_conv_layout(fold_pads(mod), conv_layout or CONV_LAYOUT)
     mod = constants_last(mod)

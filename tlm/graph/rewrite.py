@@ -16,6 +16,12 @@ likewise: torch.export writes a 4-D `q @ k^T` as one 3-D batch matmul over the f
 axes ((16, 3, 16, 16) -> (48, 16, 16)), ONNX keeps the four axes (Swin's window attention ran
 4-6x slower per matmul from the ONNX door at budget 0); they get the 3-D form.
 
+TVM's ONNX importer writes `Clip` (ReLU6 in MobileNets) as two `call_tir`s of TOPI's maximum and
+minimum, which the layout pass cannot see through: each conv got a transpose to NCHW, the clip and
+a transpose back as tasks of their own, where the PyTorch door's `R.clip` fuses into the conv.
+`lift_min_max` gives those calls back as `R.maximum` / `R.minimum` (only where the called
+function is exactly TOPI's, checked structurally).
+
 ONNX stores a normalization's epsilon as float32 (1e-12 arrives as 9.99999996e-13), torch.export
 as the Python float: two tasks for one layer norm, and a first choice of each (an ELECTRA's
 layer norms ran 10x slower from the ONNX door at budget 0). `round_epsilons` gives both the
@@ -142,6 +148,50 @@ def flatten_matmuls(mod):
             return call
 
     return _mutate(mod, Flatten)
+
+
+def lift_min_max(mod):
+    """`R.maximum(x, c)` / `R.minimum(x, c)` for every `call_tir` of a function that is exactly
+    TOPI's elementwise maximum / minimum of `x` and a scalar `c` (TVM's ONNX `Clip`: `c` is the
+    bound, NaN-guarded by a `where` that constant folding removes later); the
+    functions no longer called are dropped. A module with nothing to change is returned as is."""
+    import tvm
+    from tvm import relax, te, tirx, topi
+    from tvm_ffi.structural import structural_equal
+
+    from tlm.graph.layout import static_shape
+
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    ops = {"maximum": (topi.maximum, relax.op.maximum), "minimum": (topi.minimum, relax.op.minimum)}
+
+    def lifted(call):
+        gv, args = call.args[0], call.args[1]
+        kind = ops.get(str(getattr(gv, "name_hint", "")).rstrip("0123456789"))
+        fields = getattr(args, "fields", None)
+        if kind is None or fields is None or len(fields) != 2:
+            return None
+        shapes = [static_shape(f) for f in fields]
+        dtype = getattr(fields[0].ty, "dtype", None)
+        if None in shapes or shapes[1] != () or dtype != getattr(fields[1].ty, "dtype", None):
+            return None
+        x, c = (te.placeholder([tirx.IntImm("int64", d) for d in s], dtype, name=n) for s, n in zip(shapes, "AB"))
+        want = te.create_prim_func([x, c, kind[0](x, c)]).without_attr("global_symbol")
+        if static_shape(call) != shapes[0] or not structural_equal(want, mod[gv], map_free_vars=True):
+            return None
+        return kind[1](*fields)
+
+    @relax.expr_functor.mutator
+    class Lift(relax.PyExprMutator):
+        changed = False
+
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            new = lifted(call) if call.op.same_as(call_tir) else None
+            self.changed |= new is not None
+            return call if new is None else new
+
+    out = _mutate(mod, Lift)
+    return out if out is mod else relax.transform.DeadCodeElimination()(out)
 
 
 _NORMS = ("relax.nn.layer_norm", "relax.nn.group_norm", "relax.nn.rms_norm")
