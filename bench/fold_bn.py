@@ -98,9 +98,8 @@ def main(argv: list[str] | None = None) -> int:
                                          tune_config=TuneConfig(seed=0))
                 if not marker.exists():  # resumable: a tuned build is compiled from its records next time
                     marker.write_text(f"{time.perf_counter() - t0:.1f}\n")
-                with open_db(str(db), create=False) as d:
-                    measured[variant] = sum(d.count(t.hash, target.key) for t in tasks
-                                            ) if budget not in ("0", 0) else 0
+                with open_db(str(db), create=False) as d:  # budget 0 stores its picks unmeasured
+                    measured[variant] = 0 if budget == "0" else sum(d.count(t.hash, target.key) for t in tasks)
                 matches.append(bool(model.matches))
                 args_ = [tvm.runtime.tensor(np.ascontiguousarray(x), tvm.cpu()) for x in imported.inputs]
                 fns[variant] = lambda vm=model.vm, a=args_: vm["main"](*a)

@@ -58,6 +58,22 @@ def _channel_bias(bias, channels: int, ndim: int):
     return bias.reshape(channels).astype(np.float64)
 
 
+def _scale_shift(bn):
+    """(s, t), float64 vectors with `bn(x) = x * s + t` along its axis, for an inference norm whose
+    parameters are float32 constants; None otherwise."""
+    import numpy as np
+
+    a = bn.attrs
+    params = [_array(p) for p in bn.args[1:]]
+    if bool(getattr(a, "training", False)) or any(p is None or p.dtype != np.float32 for p in params):
+        return None
+    gamma, beta, mean, var = (p.astype(np.float64).reshape(-1) for p in params)
+    gamma = gamma if a.scale else np.ones_like(mean)
+    beta = beta if a.center else np.zeros_like(mean)
+    s = gamma / np.sqrt(var + float(a.epsilon))
+    return s, beta - mean * s
+
+
 def _folded(conv, bias, bn):
     """(W', b') for `conv` (+ `bias`) -> `bn`, or None where the pair does not qualify."""
     import numpy as np
@@ -70,47 +86,18 @@ def _folded(conv, bias, bn):
         return None
     if name == "relax.nn.conv2d_transpose" and int(a.groups) != 1:
         return None
-    if int(bn.attrs.axis) != 1 or bool(getattr(bn.attrs, "training", False)):
+    weight, st = _array(conv.args[1]), _scale_shift(bn)
+    if int(bn.attrs.axis) != 1 or weight is None or weight.dtype != np.float32 or st is None:
         return None
-    weight = _array(conv.args[1])
-    params = [_array(p) for p in bn.args[1:]]
-    if weight is None or weight.dtype != np.float32 or any(p is None for p in params):
-        return None
-    gamma, beta, mean, var = (p.astype(np.float64).reshape(-1) for p in params)
-    channels = weight.shape[axis] * (int(a.groups) if name == "relax.nn.conv2d_transpose" else 1)
-    ndim = len(data_layout)
-    if any(p.size != channels for p in (gamma, beta, mean, var)):
-        return None
-    if not bn.attrs.scale:
-        gamma = np.ones(channels)
-    if not bn.attrs.center:
-        beta = np.zeros(channels)
+    s, t = st
+    channels, ndim = weight.shape[axis], len(data_layout)
     b = np.zeros(channels) if bias is None else _channel_bias(bias, channels, ndim)
-    if b is None:
+    if s.size != channels or b is None:
         return None
-    s = gamma / np.sqrt(var + float(bn.attrs.epsilon))
     shape = [1] * weight.ndim
     shape[axis] = channels
     w = (weight.astype(np.float64) * s.reshape(shape)).astype(np.float32)
-    return w, ((b - mean) * s + beta).astype(np.float32).reshape((1, channels) + (1,) * (ndim - 2))
-
-
-def _affine(bn, ndim: int):
-    """(s, t) with `bn(x) = x * s + t` for an inference norm with constant parameters over axis
-    `axis` of an `ndim`-axis input, shaped to broadcast there; None where it does not qualify."""
-    import numpy as np
-
-    a = bn.attrs
-    params = [_array(p) for p in bn.args[1:]]
-    if bool(getattr(a, "training", False)) or any(p is None or p.dtype != np.float32 for p in params):
-        return None
-    axis = int(a.axis) % ndim
-    gamma, beta, mean, var = (p.astype(np.float64).reshape(-1) for p in params)
-    gamma = gamma if a.scale else np.ones_like(mean)
-    beta = beta if a.center else np.zeros_like(mean)
-    s = gamma / np.sqrt(var + float(a.epsilon))
-    shape = (mean.size,) + (1,) * (ndim - 1 - axis)
-    return s.astype(np.float32).reshape(shape), (beta - mean * s).astype(np.float32).reshape(shape)
+    return w, (b * s + t).astype(np.float32).reshape((1, channels) + (1,) * (ndim - 2))
 
 
 def fold_batch_norms(mod):
@@ -133,12 +120,13 @@ def fold_batch_norms(mod):
     pattern = TupleGetItemPattern(bn, 0)
 
     def rewriter(expr, matches):
-        call = matches[conv]
-        b = None
+        call, b = matches[conv], None
         if biased in matches:  # the constant, in the shape it is added in
-            b, shape = _array(matches[bias_value]), static_shape(matches[bias])
-            b = None if shape is None else b.reshape(shape)
-        folded = _folded(call, b, matches[bn]) if b is not None or biased not in matches else None
+            shape = static_shape(matches[bias])
+            if shape is None:
+                return expr
+            b = _array(matches[bias_value]).reshape(shape)
+        folded = _folded(call, b, matches[bn])
         if folded is None:
             return expr
         w, b = folded
@@ -150,11 +138,13 @@ def fold_batch_norms(mod):
     rest = TupleGetItemPattern(norm, 0)
 
     def affine(expr, matches):
-        shape = static_shape(matches[y])
-        st = None if shape is None else _affine(matches[norm], len(shape))
-        if st is None:
+        shape, st = static_shape(matches[y]), _scale_shift(matches[norm])
+        if shape is None or st is None:
             return expr
-        return relax.op.add(relax.op.multiply(matches[y], relax.const(st[0])), relax.const(st[1]))
+        # shaped to broadcast along the norm's axis: (C, 1, ..., 1)
+        along = (-1,) + (1,) * (len(shape) - 1 - int(matches[norm].attrs.axis) % len(shape))
+        s, t = (v.astype("float32").reshape(along) for v in st)
+        return relax.op.add(relax.op.multiply(matches[y], relax.const(s)), relax.const(t))
 
     def per_func(func):
         new = rewrite_call(rest, affine, rewrite_call(pattern, rewriter, func))
