@@ -2,7 +2,7 @@
 budgets, every library timed in one interleaved run against PyTorch eager, torch.compile and
 ONNX Runtime on the same inputs and threads. The README's headline table is its newest run.
 
-    python bench/ort_gap.py --budget 0,10g [--workloads bert_tiny,...] [--rounds 5] [--readme]
+    python bench/ort_gap.py --budget 0,10g [--workloads bert_tiny,...] [--rounds 5] [--readme [BLOCK]]
 
 Each budget is a build (`tlm.compile(workload, budget=B)` with the shipped models, output checked
 against PyTorch); `--db-root DIR` compiles from the records in DIR/<workload>/<method> instead
@@ -10,7 +10,8 @@ against PyTorch); `--db-root DIR` compiles from the records in DIR/<workload>/<m
 with `--budget` too, the records' build is timed beside the budgets' (e.g. MetaSchedule@64g).
 Libraries and their compile records go to work/ort-gap/<cpu>-<cores>c/ (a killed run resumes
 from the builds done); rows are appended to bench/results/ort-gap.json and the table rewritten
-in .md; `--readme` puts the newest run's table between README.md's ort-gap markers.
+in .md; `--readme` puts this run's table between README.md's ort-gap markers (`--readme znver3`:
+between the `ort-gap:znver3` markers, a second CPU's table).
 `--one-thread` also times the first build on ONE TVM thread in a child process (what tlm ran
 with on 2-core hosts before 2026-11-28: TVM gives its pool half the logical CPUs on x86).
 """
@@ -240,7 +241,8 @@ def headline(rows: list[dict]) -> list[str]:
             f"tlm faster). Command: `{r0.get('command', 'python bench/ort_gap.py')}`.", ""] + lines
 
 
-def write(rows: list[dict], stem: Path, readme: Path | None = None) -> None:
+def write(rows: list[dict], stem: Path, readme: Path | None = None, block: str = "") -> None:
+    new = headline(rows)  # this run's table
     old = json.loads(stem.with_suffix(".json").read_text()) if stem.with_suffix(".json").exists() else []
     rows = old + rows
     stem.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
@@ -271,15 +273,19 @@ def write(rows: list[dict], stem: Path, readme: Path | None = None) -> None:
     notes += sorted({f"- `{r['build']}` of {r['date']} ({r['hardware']}): the records in `{r['records']}/WORKLOAD/`"
                      for r in rows if r.get("records")})
     stem.with_suffix(".md").write_text("\n".join(lines + ([""] + notes if notes else [])) + "\n")
-    if readme and head:
-        _into_readme(readme, head)
+    if readme and new:
+        _into_readme(readme, new, block)
 
 
-BEGIN, END = "<!-- ort-gap:begin -->", "<!-- ort-gap:end -->"
+def markers(block: str = "") -> tuple[str, str]:
+    """The README's begin and end markers of the headline table (`block` "") or of a named one."""
+    name = f"ort-gap:{block}" if block else "ort-gap"
+    return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
 
 
-def _into_readme(readme: Path, head: list[str]) -> None:
-    """Replaces the README's text between the ort-gap markers with the newest run's table."""
+def _into_readme(readme: Path, head: list[str], block: str = "") -> None:
+    """Replaces the README's text between the block's markers with this run's table."""
+    BEGIN, END = markers(block)
     text = readme.read_text()
     if BEGIN not in text or END not in text:
         print(f"ort_gap: {readme} has no {BEGIN} ... {END} markers; not updated", file=sys.stderr)
@@ -287,6 +293,19 @@ def _into_readme(readme: Path, head: list[str]) -> None:
     before, rest = text.split(BEGIN, 1)
     after = rest.split(END, 1)[1]
     readme.write_text(before + BEGIN + "\n" + "\n".join(head) + "\n" + END + after)
+
+
+def _without_readme(argv: list[str]) -> list[str]:
+    """The command line as the results name it: `--readme [BLOCK]` left out (it only writes files)."""
+    out, skip = [], False
+    for a in argv:
+        if skip and not a.startswith("-"):
+            skip = False
+            continue
+        skip = a == "--readme"
+        if not (skip or a.startswith("--readme=")):
+            out.append(a)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -300,7 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--one-thread", action="store_true", help="also time the first build on one TVM thread")
     parser.add_argument("--no-torch-compile", action="store_true", help="do not time torch.compile")
     parser.add_argument("--compile-only", action="store_true", help="compile (and check) only; time later")
-    parser.add_argument("--readme", action="store_true", help="write the newest run's table into README.md")
+    parser.add_argument("--readme", nargs="?", const="", default=None, metavar="BLOCK",
+                        help="write this run's table into README.md (between the ort-gap markers, or those "
+                             "named ort-gap:BLOCK)")
     parser.add_argument("--out", default=str(ROOT / "bench/results/ort-gap"))
     args = parser.parse_args(argv)
     import tlm  # noqa: F401 - TVM's pool gets the host's cores before anything runs
@@ -310,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     run_id = time.strftime("%Y-%m-%dT%H:%M:%S")
-    command = "python bench/ort_gap.py " + " ".join(a for a in (argv if argv is not None else sys.argv[1:]) if a != "--readme")
+    command = "python bench/ort_gap.py " + " ".join(_without_readme(argv if argv is not None else sys.argv[1:]))
     rows = []
     for name in args.workloads.split(","):
         builds: dict[str, tuple[str, str | None, str]] = {}  # build label -> (tag, db, budget)
@@ -349,11 +370,11 @@ def main(argv: list[str] | None = None) -> int:
             row.update(tlm_ms=timing["tlm_ms"][build], workload=name, build=build, matches=info["matches"],
                        tasks=info.get("tasks"), measurements=info.get("measurements"), hardware=hardware,
                        commit=commit, date=time.strftime("%Y-%m-%d"), records=args.db_root if build.endswith(" records") else None, run=run_id,
-                       command=command, readme=args.readme)
+                       command=command, readme=args.readme is not None)
             print(json.dumps(row), flush=True)
             rows.append(row)
     if rows:
-        write(rows, Path(args.out), ROOT / "README.md" if args.readme else None)
+        write(rows, Path(args.out), ROOT / "README.md" if args.readme is not None else None, args.readme or "")
     return 0
 
 

@@ -1,0 +1,45 @@
+"""bench/ort_gap.py's results and README tables: the headline markers and a named CPU's block
+(fast; made-up rows, no TVM, no timing)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+import ort_gap  # noqa: E402
+
+
+def _row(build: str, tlm_ms: float, run: str = "2026-12-02T08:00:00") -> dict:
+    return {"threads": 2, "onnxruntime_note": None, "torch_compile_note": None, "pytorch_ms": 220.0,
+            "torch_compile_ms": 206.0, "onnxruntime_ms": 175.0, "rounds": 9, "load": 2.0, "round_trip_ns": 200.0,
+            "tlm_ms": tlm_ms, "workload": "bert_base", "build": build, "matches": True, "tasks": 18,
+            "measurements": 0, "hardware": "znver3 (AMD EPYC, 2 cores)", "commit": "abc1234", "date": "2026-12-02",
+            "records": None, "run": run, "command": "python bench/ort_gap.py --budget 0,10g --rounds 9", "readme": True}
+
+
+def test_a_named_block_gets_this_runs_table_and_the_headline_stays(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("top\n<!-- ort-gap:begin -->\nold headline\n<!-- ort-gap:end -->\nmiddle\n"
+                      "<!-- ort-gap:znver3:begin -->\nold znver3\n<!-- ort-gap:znver3:end -->\nend\n")
+    ort_gap.write([_row("budget 0", 250.0), _row("budget 10g", 175.0)], tmp_path / "gap", readme, "znver3")
+    text = readme.read_text()
+    assert "old headline" in text and "old znver3" not in text
+    assert "| bert_base | 250 | 175 | 220 | 206 | 175 | 1.00x | 1.26x | 1.18x | True |" in text
+    assert text.startswith("top\n") and text.endswith("end\n")
+    assert "| 2026-12-02 | znver3 (AMD EPYC, 2 cores) | abc1234 | bert_base | budget 10g | 175 |" in (
+        tmp_path / "gap.md").read_text()
+
+
+def test_the_readme_table_is_this_runs_not_an_older_ones(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- ort-gap:begin -->\n<!-- ort-gap:end -->\n")
+    ort_gap.write([_row("budget 10g", 100.0, run="2026-12-03T08:00:00")], tmp_path / "gap", None)
+    ort_gap.write([_row("budget 10g", 175.0)], tmp_path / "gap", readme)  # an earlier run, written later
+    assert "| bert_base | 175 |" in readme.read_text()
+
+
+def test_the_command_named_leaves_the_readme_flag_out():
+    assert ort_gap._without_readme(["--budget", "0,10g", "--readme", "znver3", "--rounds", "9"]) == [
+        "--budget", "0,10g", "--rounds", "9"]
+    assert ort_gap._without_readme(["--rounds", "9", "--readme"]) == ["--rounds", "9"]
+    assert ort_gap._without_readme(["--readme", "--rounds", "9"]) == ["--rounds", "9"]
