@@ -17,15 +17,17 @@ from typing import Callable
 import torch
 
 try:
+    import outside_ops as ops
     import outside_plain as plain
 except ImportError:  # imported as bench.outside_models
+    from bench import outside_ops as ops
     from bench import outside_plain as plain
 
 
 @dataclass(frozen=True)
 class Entry:
     name: str  # short, unique, [a-z0-9_]
-    family: str  # "vision", "audio", "text" or "plain"
+    family: str  # "vision", "audio", "text", "plain" or "op" (one operator, bench/outside_ops.py)
     description: str  # one line: what it is and its configuration
     make: Callable[[], tuple]  # -> (torch.nn.Module in eval mode, tuple of example input tensors)
 
@@ -246,7 +248,7 @@ _ENTRIES = [
           _plain(plain.EmbeddingBagModel, 1, 64, ids=1000)),
     Entry("tcn", "plain", "temporal conv net, (1, 16, 256), causal dilated Conv1d residual blocks, dilations "
           "1/2/4/8", _plain(plain.TCN, 1, 16, 256)),
-]
+] + [Entry(name, "op", desc, lambda name=name: ops.make(name)) for name, (desc, *_) in ops.OPS.items()]
 _BY_NAME = {e.name: e for e in _ENTRIES}
 assert len(_BY_NAME) == len(_ENTRIES)
 

@@ -89,7 +89,7 @@ def _section(hw: str, cells: dict[tuple[str, str], dict], names: list[str]) -> l
             if c is None:
                 status.append(f"@{b} not run")
             elif c["status"] == "ok" and not c.get("tlm_ms"):
-                status.append(f"@{b} not timed")
+                status.append(f"@{b} ok, not timed")
             elif c["status"] != "ok":
                 status.append(f"@{b} {c['status']}")
                 problems.append(f"- `{name}` @{b} **{c['status']}**: {c.get('error') or ''}"

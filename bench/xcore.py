@@ -125,16 +125,18 @@ def write_table(out: Path, title: str, intro: str, header: str, cells, rows: lis
 
 def interleaved_ms(vms: dict, args: list, rounds: int) -> tuple[dict[str, float], float | None]:
     """Each Relax VM of `vms` called back to back for 200 ms by TVM's timer, the VMs in turn round
-    by round with each round's round trip first: (median ms per key, median round trip ns)."""
+    by round with each round's round trip first: (median ms per key, median round trip ns). The
+    order rotates every round, so that no VM always runs first (or always after the same one)."""
     import tvm
 
     timers = {k: vm.time_evaluator("main", tvm.cpu(), number=1, repeat=1, min_repeat_ms=200) for k, vm in vms.items()}
     times: dict[str, list[float]] = {k: [] for k in timers}
     trips = []
-    for _ in range(rounds):
+    keys = list(timers)
+    for r in range(rounds):
         trips.append(round_trip_ns(samples=1))
-        for k, f in timers.items():
-            times[k].append(f(*args).mean * 1e3)
+        for k in keys[r % len(keys):] + keys[:r % len(keys)]:
+            times[k].append(timers[k](*args).mean * 1e3)
     return {k: statistics.median(v) for k, v in times.items()}, median_trip(trips)
 
 

@@ -90,6 +90,22 @@ def fast_softmax(rows: int = 8, cols: int = 16) -> Task:
     return _task([x, topi.nn.fast_softmax(x, axis=-1)], "fused_softmax")
 
 
+def elu_chain(links: int = 5, rows: int = 4, cols: int = 16) -> Task:
+    """`links` ELUs one after another, exp as tlm's fast math computes it: each link reads its input
+    three times (the test, the value, the exp), so inlining every block copies the first link's
+    math 3^links times."""
+    from tvm import te, tirx, topi
+
+    def elu(y, k: int):
+        e = topi.fast_exp(y)
+        return te.compute((rows, cols), lambda i, j: tirx.Select(y[i, j] > 0, y[i, j], e[i, j] - 1.0), name=f"elu{k}")
+
+    x = y = te.placeholder((rows, cols), "float32", name="x")
+    for k in range(links):
+        y = elu(y, k)
+    return _task([x, y], "fused_elu_chain")
+
+
 def layer_norm(rows: int = 8, cols: int = 32) -> Task:
     from tvm import te, topi
 

@@ -1,8 +1,11 @@
-"""tlm.graph.decompose: nn.EmbeddingBag, which TVM's importer refused, rewritten into operators it
-converts; exact against PyTorch in every mode (fast, torch only), and imported and built by TVM."""
+"""tlm.graph.decompose: nn.EmbeddingBag and adaptive max pooling, which TVM's importer refused,
+rewritten into operators it converts; exact against PyTorch (fast, torch only), and imported and
+built by TVM."""
 
+import hypothesis.strategies as st
 import numpy as np
 import pytest
+from hypothesis import given, settings
 
 
 def _bag(mode: str, padding_idx=None, last: bool = False, weighted: bool = False):
@@ -69,3 +72,123 @@ def test_embedding_bag_imports_and_builds():
     vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
     got = vm["main"](*[tvm.runtime.tensor(a.numpy()) for a in args]).numpy()
     np.testing.assert_allclose(got, model(*args).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def _pool(dims: int, out):
+    import torch
+
+    class Pool(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pool = (torch.nn.AdaptiveMaxPool1d if dims == 1 else torch.nn.AdaptiveMaxPool2d)(out)
+
+        def forward(self, x):
+            return self.pool(x) * 2.0
+
+    return Pool().eval()
+
+
+@settings(max_examples=25, deadline=None)
+@given(h=st.integers(1, 13), w=st.integers(1, 13), oh=st.integers(1, 9), ow=st.integers(1, 9), one_d=st.booleans())
+def test_adaptive_max_pool_rewritten_exactly(h, w, oh, ow, one_d):
+    """Every window PyTorch takes, whether or not the input divides (and outputs larger than inputs)."""
+    import torch
+
+    from tlm.graph.decompose import decompose_unsupported
+
+    model = _pool(1, oh) if one_d else _pool(2, (oh, ow))
+    x = torch.randn((2, 3, w) if one_d else (1, 3, h, w), generator=torch.Generator().manual_seed(h * 16 + w))
+    rewritten = decompose_unsupported(torch.export.export(model, (x,)))
+    assert not [n for n in rewritten.graph.nodes if "adaptive_max" in str(n.target)]
+    assert torch.equal(rewritten.module()(x), model(x))
+
+
+def test_adaptive_max_pool_indices_read_is_left_alone():
+    import torch
+
+    from tlm.graph.decompose import decompose_unsupported
+
+    class WithIndices(torch.nn.Module):
+        def forward(self, x):
+            values, idx = torch.nn.functional.adaptive_max_pool2d(x, 3, return_indices=True)
+            return values + idx.float()
+
+    exported = torch.export.export(WithIndices(), (torch.randn(1, 2, 9, 9),))
+    assert decompose_unsupported(exported) is exported
+
+
+@pytest.mark.tvm
+@pytest.mark.parametrize("size,out", [(12, (3, 3)), (17, (5, 7))])
+def test_adaptive_max_pool_imports_and_builds(size, out):
+    """The op battery's op_adaptive_max was refused at import (`aten.adaptive_max_pool2d`)."""
+    import torch
+    import tvm
+    from tvm import relax
+
+    from tlm.graph.importer import import_torch
+
+    model, x = _pool(2, out), torch.randn(1, 4, size, size)
+    mod = import_torch(model, (x,)).mod
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), model(x).numpy())
+
+
+@pytest.mark.tvm
+def test_amax_amin_import_and_build():
+    """torch.amax/amin had no conversion in TVM's importer (`CONVERTERS` adds them)."""
+    import torch
+    import tvm
+    from tvm import relax
+
+    from tlm.graph.importer import import_torch
+
+    class Reduce(torch.nn.Module):
+        def forward(self, x):
+            return x.amax(-1) + x.amin(1).sum() + x.amax((0, 2), keepdim=True).squeeze(-1) + torch.amax(x, []) * 0.5
+
+    model, x = Reduce().eval(), torch.randn(2, 5, 7)
+    mod = import_torch(model, (x,)).mod
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), model(x).numpy(), rtol=1e-6)
+
+
+def test_unfold_rewritten_exactly():
+    """F.unfold (aten.im2col) as a grouped conv with one-hot kernels: every stride, dilation and padding."""
+    import torch
+    import torch.nn.functional as F
+
+    from tlm.graph.decompose import decompose_unsupported
+
+    class Unfold(torch.nn.Module):
+        def forward(self, x):
+            return F.unfold(x, (2, 3), dilation=(2, 1), padding=(1, 2), stride=(2, 1)) * 2.0
+
+    x = torch.randn(2, 3, 9, 7)
+    rewritten = decompose_unsupported(torch.export.export(Unfold(), (x,)))
+    assert not [n for n in rewritten.graph.nodes if "im2col" in str(n.target)]
+    assert torch.equal(rewritten.module()(x), Unfold()(x))
+
+
+@pytest.mark.tvm
+def test_converters_tvm_lacks_or_gets_wrong():
+    """F.selu lost ELU's scale in TVM's converter (0.62 off, silently); torch.exp2 had no conversion;
+    an int64 clamp with one bound failed in legalization (-inf as an integer); F.unfold failed to
+    import. Each now imports, builds and matches PyTorch."""
+    import torch
+    import torch.nn.functional as F
+    import tvm
+    from tvm import relax
+
+    from tlm.graph.importer import import_torch
+
+    class Mixed(torch.nn.Module):
+        def forward(self, x):  # x: (2, 36)
+            ids = (x.abs() * 10).long().clamp(max=49) + (x * 4).long().clamp(min=-3)
+            cols = F.unfold(x.reshape(1, 2, 6, 6), 3, padding=1).sum(1)  # (1, 36)
+            return F.selu(x) + F.celu(x, 0.7) + F.elu(x, 0.5) + torch.exp2(x) + ids.float() + cols
+
+    model, x = Mixed().eval(), torch.randn(2, 36, generator=torch.Generator().manual_seed(0)) * 3
+    mod = import_torch(model, (x,)).mod
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), model(x).numpy(),
+                               rtol=1e-5, atol=1e-4)

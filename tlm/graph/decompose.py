@@ -1,4 +1,9 @@
-"""Operators TVM's PyTorch importer has no conversion for, rewritten into ones it has.
+"""Operators TVM's PyTorch importer has no conversion for, rewritten into ones it has:
+`nn.EmbeddingBag`, adaptive max pooling (`nn.AdaptiveMaxPool1d/2d`, the values; a pool with one
+window size and stride where the input divides, else the maxima of PyTorch's windows) and `F.unfold`
+(a grouped conv with one-hot kernels); and converters it lacks or gets wrong (`CONVERTERS`):
+`torch.amax`/`amin` (Relax's max/min over the same axes), `torch.exp2`, `clamp` of an integer
+tensor with one bound, and ELU's scales (`F.selu` was silently wrong).
 
 `nn.EmbeddingBag` (and `F.embedding_bag`) reach torch.export as `aten.embedding_bag`, which
 becomes `aten._embedding_bag` in TVM 0.27's importer, which refuses it (torch has no decomposition
@@ -17,6 +22,7 @@ max's indices; training code) is left as it was, and its refusal stands.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -49,6 +55,43 @@ def _embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, s
     return out, indices.new_zeros(indices.shape), unused, unused
 
 
+def _adaptive_max_pool(x, output_size):
+    """aten.adaptive_max_pool{1,2}d over static shapes: PyTorch's windows (output i of n over an
+    input of size L reads [floor(i L / n), ceil((i + 1) L / n))), as a max pool where every window
+    has one size and stride, else as the maxima of slices (its indices output a placeholder)."""
+    import torch
+    import torch.nn.functional as F
+
+    dims = len(output_size)
+    sizes = [int(s) for s in x.shape[-dims:]]
+    if all(L % n == 0 for L, n in zip(sizes, output_size)):
+        kernel = [L // n for L, n in zip(sizes, output_size)]
+        out = (F.max_pool1d if dims == 1 else F.max_pool2d)(x, kernel, kernel)
+    else:
+        out = x
+        for axis, (L, n) in enumerate(zip(sizes, output_size)):
+            axis = out.dim() - dims + axis
+            out = torch.stack([out.narrow(axis, i * L // n, -(-(i + 1) * L // n) - i * L // n).amax(axis)
+                               for i in range(n)], axis)
+    return out, torch.zeros(out.shape, dtype=torch.int64, device=x.device)
+
+
+def _im2col(x, kernel_size, dilation, padding, stride):
+    """aten.im2col (`F.unfold`) as a grouped convolution with one-hot kernels: output channel
+    c * kh * kw + i * kw + j of input channel c copies tap (i, j), exactly (one product by 1, the
+    rest by 0). TVM's importer turned it into an index_tensor that failed to broadcast."""
+    import torch
+    import torch.nn.functional as F
+
+    batched = x.dim() == 4
+    x = x if batched else x.unsqueeze(0)
+    c, (kh, kw) = x.shape[1], kernel_size
+    eye = torch.eye(kh * kw, dtype=x.dtype, device=x.device).reshape(kh * kw, 1, kh, kw)
+    cols = F.conv2d(x, eye.repeat(c, 1, 1, 1), stride=stride, padding=padding, dilation=dilation, groups=c)
+    cols = cols.reshape(x.shape[0], c * kh * kw, -1)
+    return cols if batched else cols.squeeze(0)
+
+
 def _only_first_output_read(node) -> bool:
     import operator
 
@@ -65,8 +108,92 @@ def decompose_unsupported(exported) -> Any:
     aten = torch.ops.aten  # export keeps `embedding_bag`; TVM's importer decomposes it to `_embedding_bag`
     ops = {op: _embedding_bag for op in (aten.embedding_bag.default, aten.embedding_bag.padding_idx,
                                          aten._embedding_bag.default, aten._embedding_bag_forward_only.default)}
+    ops.update({op: _adaptive_max_pool for op in (aten.adaptive_max_pool1d.default, aten.adaptive_max_pool2d.default)})
+    ops[aten.im2col.default] = _im2col
     found = {n.target for n in exported.graph.nodes if n.op == "call_function" and n.target in ops
-             and _only_first_output_read(n)}
+             and (n.target is aten.im2col.default or _only_first_output_read(n))}
     if not found:
         return exported
     return exported.run_decompositions({op: ops[op] for op in found})
+
+
+def _reduce(op_name: str):
+    """A converter of aten.amax/amin (x, dim=[], keepdim=False) to Relax's max/min over those axes."""
+
+    def convert(node, importer):
+        from tvm import relax
+
+        x = importer.env[node.args[0]]
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", [])
+        keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+        axis = [int(d) for d in dim] if dim else None  # [] is every axis, as in PyTorch
+        return importer.block_builder.emit(getattr(relax.op, op_name)(x, axis, keepdim))
+
+    return convert
+
+
+def _int_clamp(kind: str):
+    """A converter of aten.clamp / clamp_min / clamp_max of an integer tensor: a maximum and / or a
+    minimum with the bounds given. TVM's own writes a clip with +-inf for a missing bound, which
+    legalization cannot convert to an integer (`x.long().clamp(max=49)` failed with "Cannot
+    convert infinity to BigInt"). Other dtypes and tensor bounds go to TVM's converter."""
+
+    def convert(node, importer):
+        import numpy as np
+        from tvm import relax
+
+        own = getattr(importer, {"clamp": "_clamp", "clamp_min": "_clamp_min", "clamp_max": "_clamp_max"}[kind])
+        x = importer.env[node.args[0]]
+        dtype = str(getattr(x.ty.dtype, "dtype", x.ty.dtype))
+        if not dtype.startswith(("int", "uint")):
+            return own(node)
+        args = list(node.args[1:])
+        if kind == "clamp":
+            lo = args[0] if args else node.kwargs.get("min")
+            hi = args[1] if len(args) > 1 else node.kwargs.get("max")
+        else:
+            lo, hi = (args[0], None) if kind == "clamp_min" else (None, args[0])
+        if not all(b is None or isinstance(b, int | float) for b in (lo, hi)):
+            return own(node)  # a tensor bound: TVM's maximum / minimum
+        if lo is not None:
+            x = relax.op.maximum(x, relax.const(int(np.ceil(lo)), dtype))
+        if hi is not None:
+            x = relax.op.minimum(x, relax.const(int(np.floor(hi)), dtype))
+        return importer.block_builder.emit(x)
+
+    return convert
+
+
+def _exp2(node, importer):
+    """aten.exp2, which TVM's importer lacks: exp(x ln 2)."""
+    from tvm import relax
+
+    x = importer.env[node.args[0]]
+    dtype = str(getattr(x.ty.dtype, "dtype", x.ty.dtype))
+    return importer.block_builder.emit(relax.op.exp(relax.op.multiply(x, relax.const(math.log(2.0), dtype))))
+
+
+def _elu(node, importer):
+    """aten.elu(x, alpha, scale, input_scale) = scale * (x if x > 0 else alpha * (exp(input_scale * x) - 1)).
+    TVM's converter reads alpha only: `F.selu` (which torch decomposes to an elu with scale 1.0507)
+    came out without its scale, 0.62 off on a unit normal input, silently. Plain ELUs go to TVM's
+    converter (their tasks unchanged)."""
+    from tvm import relax
+
+    args = list(node.args) + [None] * 4
+    alpha = args[1] if args[1] is not None else node.kwargs.get("alpha", 1.0)
+    scale = args[2] if args[2] is not None else node.kwargs.get("scale", 1.0)
+    input_scale = args[3] if args[3] is not None else node.kwargs.get("input_scale", 1.0)
+    if scale == 1 and input_scale == 1:
+        return importer._elu(node)
+    x = importer.env[node.args[0]]
+    dtype = x.ty.dtype
+    inner = x if input_scale == 1 else relax.op.multiply(x, relax.const(float(input_scale), dtype))
+    neg = relax.op.nn.relu(relax.op.subtract(relax.const(1.0, dtype), relax.op.exp(inner)))
+    out = relax.op.add(relax.op.multiply(relax.const(-float(alpha), dtype), neg), relax.op.nn.relu(x))
+    return importer.block_builder.emit(relax.op.multiply(out, relax.const(float(scale), dtype)) if scale != 1 else out)
+
+
+# TVM importer's name of an aten operator -> its converter (from_exported_program's custom_convert_map)
+CONVERTERS = {"amax.default": _reduce("max"), "amin.default": _reduce("min"), "exp2.default": _exp2, "elu.default": _elu,
+              **{f"{kind}.default": _int_clamp(kind) for kind in ("clamp", "clamp_min", "clamp_max")}}

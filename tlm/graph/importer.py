@@ -69,7 +69,7 @@ def import_torch(module, example_inputs, source: str = "<module>", sink_reshapes
     from tlm.graph.rewrite import promote_torch_arithmetic
 
     promote_torch_arithmetic(exported)  # int64 / 4 is float32, as in PyTorch
-    from tlm.graph.decompose import decompose_unsupported
+    from tlm.graph.decompose import CONVERTERS, decompose_unsupported
 
     try:
         with quiet_stderr():
@@ -79,7 +79,8 @@ def import_torch(module, example_inputs, source: str = "<module>", sink_reshapes
                        f"{first_line(err, last=False, limit=None)}") from None
     try:
         with quiet_stderr():
-            mod = from_exported_program(exported, keep_params_as_input=False, unwrap_unit_return_tuple=True)
+            mod = from_exported_program(exported, keep_params_as_input=False, unwrap_unit_return_tuple=True,
+                                        custom_convert_map=CONVERTERS)
     except Exception as err:
         raise _refusal(err, unsupported_torch_ops(exported, reason(err)), "PyTorch") from None
 

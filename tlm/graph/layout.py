@@ -114,6 +114,14 @@ def clip_as_minmax(mod):
 
     def rewrite(mutator, call):
         x = call.args[0]
+        dtype = str(getattr(x.ty.dtype, "dtype", x.ty.dtype))
+        if dtype.startswith(("int", "uint")):  # integer bounds as integers; a bound at (or past) the limit is none
+            import numpy as np
+
+            info, (lo, hi) = np.iinfo(dtype), (float(v.value) for v in call.args[1:3])
+            if lo > info.min:
+                x = mutator.builder_.emit(relax.op.maximum(x, relax.const(int(np.ceil(lo)), dtype)))
+            return relax.op.minimum(x, relax.const(int(np.floor(hi)), dtype)) if hi < info.max else x
         lo, hi = (relax.const(float(v.value), x.ty.dtype) for v in call.args[1:3])
         return relax.op.minimum(mutator.builder_.emit(relax.op.maximum(x, lo)), hi)
 

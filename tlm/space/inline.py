@@ -1,4 +1,4 @@
-"""Which blocks the design spaces may inline: costly math that several blocks read stays computed once.
+"""Which blocks the design spaces may inline: costly math read more than once stays computed once.
 
 MetaSchedule's AutoInline rule inlines every elementwise block into its consumers. For a cheap
 block (x - max, a bias add) that is what a hand-written kernel does too; for a block of costly
@@ -36,19 +36,62 @@ def _op_count(expr) -> int:
     return 0
 
 
+def _loads(expr, count: dict | None = None) -> dict:
+    """How many times the TIR expression `expr` loads each buffer (buffer -> count)."""
+    count = {} if count is None else count
+    kind = type(expr).__name__
+    if kind in ("TensorLoad", "BufferLoad"):  # TVM 0.27's load: `source` is the buffer's Var
+        buf = expr.source if hasattr(expr, "source") else expr.buffer
+        count[buf] = count.get(buf, 0) + 1
+        parts = list(expr.indices)
+    elif hasattr(expr, "op") and hasattr(expr, "args"):
+        parts = list(expr.args)
+    elif hasattr(expr, "a") and hasattr(expr, "b"):
+        parts = [expr.a, expr.b]
+    elif kind == "Cast":
+        parts = [expr.value]
+    elif kind == "Select":
+        parts = [expr.condition, expr.true_value, expr.false_value]
+    else:
+        parts = []
+    for part in parts:
+        _loads(part, count)
+    return count
+
+
 def _costly_shared(sch) -> list:
-    """Block RVs of the spatial blocks of `sch`'s main function that at least two blocks read and
-    whose value costs more than COSTLY_OPS arithmetic operations."""
+    """Block RVs of the spatial blocks of `sch`'s main function whose value, with the blocks it
+    would inline into it, costs more than COSTLY_OPS arithmetic operations, and that are loaded at
+    least twice (by two blocks, or twice by one: inlining copies the value into every load).
+
+    A block's cost counts its own arithmetic plus, for every load of an inlinable producer, that
+    producer's cost: inlining substitutes the whole expression at each load. Without the second
+    part a chain of activations (mish, elu, selu, a PReLU: each reads its input two or three times)
+    grew 2-3x per link when inlined, past 10^5 nodes for seven, and TVM's scheduling and LLVM
+    took minutes (the op battery's op_activations: over 900 s). Marked blocks cost their readers
+    nothing (a load from memory), so what is inlined stays linear in the chain."""
     from tvm import tirx
 
+    blocks = sch.get_child_blocks(sch.get_sblock("root", func_name="main"))
+    stmts = [sch.get(rv) for rv in blocks]
+    loads = [_loads(getattr(b.body, "value", None)) for b in stmts]  # a BufferStore's value
+    read_by: dict = {}  # buffer -> loads of it in the blocks after its producer
+    for count in loads:
+        for buf, n in count.items():
+            read_by[buf] = read_by.get(buf, 0) + n
+    inlined_cost: dict = {}  # output buffer of an inlinable (unmarked spatial) block -> its cost
     out = []
-    for rv in sch.get_child_blocks(sch.get_sblock("root", func_name="main")):
-        block = sch.get(rv)
-        if len(block.writes) != 1 or any(int(iv.iter_type) != tirx.IterVar.DataPar for iv in block.iter_vars):
-            continue  # not a spatial block with one output
+    for rv, block, count in zip(blocks, stmts, loads):
         value = getattr(block.body, "value", None)  # a BufferStore's value
-        if value is not None and _op_count(value) > COSTLY_OPS and len(sch.get_consumers(rv)) >= 2:
+        if (len(block.writes) != 1 or value is None
+                or any(int(iv.iter_type) != tirx.IterVar.DataPar for iv in block.iter_vars)):
+            continue  # not a spatial block with one output: never inlined, its readers load it
+        cost = _op_count(value) + sum(inlined_cost.get(buf, 0) * n for buf, n in count.items())
+        buf = block.body.buffer  # the BufferStore's buffer (the block's one output)
+        if cost > COSTLY_OPS and read_by.get(buf, 0) >= 2:
             out.append(rv)
+        else:
+            inlined_cost[buf] = cost
     return out
 
 
