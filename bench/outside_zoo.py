@@ -4,6 +4,7 @@ PyTorch eager and ONNX Runtime in one interleaved run.
 
     python bench/outside_zoo.py                       # budgets 0, 10g and onnx0, every model
     python bench/outside_zoo.py --budget 0 --models unet,swin_tiny
+    python bench/outside_zoo.py --budget 0 --models op --no-time  # the 48 one-operator entries
     python bench/outside_zoo.py --report              # only rewrite the results file
 
 The results file keeps every machine's cells (bench/outside_report.py merges this host's run into
@@ -245,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--budget", action="append",
                    help="budgets to run (default: 0, 10g and onnx0: budget 0 through the model's ONNX export)")
-    p.add_argument("--models", help="comma-separated model names (default: all)")
+    p.add_argument("--models", help="comma-separated model names or families (vision, audio, text, plain, op: "
+                                    "one operator each); default: every model but the op entries")
     p.add_argument("--run", default=None, help="cell folder (default: work/outside-zoo/CPU-CORESc, e.g. znver3-2c)")
     p.add_argument("--timeout", type=int, default=3600, help="seconds per cell")
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
@@ -271,7 +273,11 @@ def main(argv: list[str] | None = None) -> int:
     from tlm.graph.target import resolve_target
 
     known = [e.name for e in entries()]
-    names = known if not args.models else args.models.split(",")
+    families = {e.family for e in entries()}
+    # no --models: the models (not the one-operator entries); a family name stands for its entries
+    names = ([e.name for e in entries() if e.family != "op"] if not args.models else
+             [n for m in args.models.split(",") for n in ([e.name for e in entries() if e.family == m]
+                                                        if m in families else [m])])
     if unknown := sorted(set(names) - set(known)):
         print(f"outside_zoo: unknown model(s) {', '.join(unknown)}; known: {', '.join(known)}", file=sys.stderr)
         return 2
