@@ -4,7 +4,7 @@ PyTorch eager and ONNX Runtime in one interleaved run.
 
     python bench/outside_zoo.py                       # budgets 0, 10g and onnx0, every model
     python bench/outside_zoo.py --budget 0 --models unet,swin_tiny
-    python bench/outside_zoo.py --budget 0 --models op --no-time  # the 48 one-operator entries
+    python bench/outside_zoo.py --budget 0 --models op --no-time  # the one-operator entries (bench/outside_ops.py)
     python bench/outside_zoo.py --report              # only rewrite the results file
 
 The results file keeps every machine's cells (bench/outside_report.py merges this host's run into

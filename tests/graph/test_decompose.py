@@ -192,3 +192,46 @@ def test_converters_tvm_lacks_or_gets_wrong():
     vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
     np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), model(x).numpy(),
                                rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("p", [2.0, 1.0, 3.0, float("inf")])
+def test_cdist_rewritten(p):
+    import torch
+
+    from tlm.graph.decompose import decompose_unsupported
+
+    class Dist(torch.nn.Module):
+        def forward(self, x):
+            return torch.cdist(x[:, :5], x[:, 5:], p=p)
+
+    x = torch.randn(2, 12, 6, generator=torch.Generator().manual_seed(1))
+    rewritten = decompose_unsupported(torch.export.export(Dist(), (x,)))
+    assert not [n for n in rewritten.graph.nodes if "cdist" in str(n.target)]
+    torch.testing.assert_close(rewritten.module()(x), Dist()(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.tvm
+def test_cdist_hypot_and_grid_sample_build_and_match():
+    """The second operator batch: torch.cdist and torch.hypot were refused at import; F.grid_sample
+    imported with PyTorch's (N, H, W, 2) grid where Relax reads (N, 2, H, W): a wrong shape."""
+    import torch
+    import torch.nn.functional as F
+    import tvm
+    from tvm import relax
+
+    from tlm.graph.importer import import_torch
+
+    class Mixed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("grid", torch.rand(1, 6, 7, 2, generator=torch.Generator().manual_seed(2)) * 2.2 - 1.1)
+
+        def forward(self, x):  # x: (1, 3, 9, 11)
+            g = F.grid_sample(x, self.grid, mode="bilinear", padding_mode="zeros", align_corners=False)  # (1, 3, 6, 7)
+            d = torch.cdist(g[0, :, :3], g[0, :, 3:])  # (3, 3, 3)
+            return torch.hypot(g[:, :, :3, :3], d[None]) + g.sum()
+
+    model, x = Mixed().eval(), torch.randn(1, 3, 9, 11, generator=torch.Generator().manual_seed(0))
+    mod = import_torch(model, (x,)).mod
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), model(x).numpy(), rtol=1e-4, atol=1e-5)

@@ -1,9 +1,10 @@
 """Operators TVM's PyTorch importer has no conversion for, rewritten into ones it has:
 `nn.EmbeddingBag`, adaptive max pooling (`nn.AdaptiveMaxPool1d/2d`, the values; a pool with one
-window size and stride where the input divides, else the maxima of PyTorch's windows) and `F.unfold`
-(a grouped conv with one-hot kernels); and converters it lacks or gets wrong (`CONVERTERS`):
-`torch.amax`/`amin` (Relax's max/min over the same axes), `torch.exp2`, `clamp` of an integer
-tensor with one bound, and ELU's scales (`F.selu` was silently wrong).
+window size and stride where the input divides, else the maxima of PyTorch's windows), `F.unfold`
+(a grouped conv with one-hot kernels) and `torch.cdist` (its definition); and converters it lacks
+or gets wrong (`CONVERTERS`): `torch.amax`/`amin` (Relax's max/min over the same axes),
+`torch.exp2`, `torch.hypot`, `clamp` of an integer tensor with one bound, ELU's scales (`F.selu`
+was silently wrong) and `F.grid_sample`'s grid layout (the output came out in the wrong shape).
 
 `nn.EmbeddingBag` (and `F.embedding_bag`) reach torch.export as `aten.embedding_bag`, which
 becomes `aten._embedding_bag` in TVM 0.27's importer, which refuses it (torch has no decomposition
@@ -92,6 +93,22 @@ def _im2col(x, kernel_size, dilation, padding, stride):
     return cols if batched else cols.squeeze(0)
 
 
+def _cdist(x1, x2, p: float = 2.0, compute_mode=None):
+    """aten._cdist_forward (`torch.cdist`) from its definition: the p-norm of every pairwise
+    difference, (..., P, M) and (..., R, M) -> (..., P, R) (p = 2: a square root of summed squares;
+    p = inf: the largest difference)."""
+    import torch
+
+    diff = (x1.unsqueeze(-2) - x2.unsqueeze(-3)).abs()  # (..., P, R, M)
+    if p == 2:
+        return diff.square().sum(-1).sqrt()
+    if p == float("inf"):
+        return diff.amax(-1)
+    if p == 1:
+        return diff.sum(-1)
+    return diff.pow(p).sum(-1).pow(1.0 / p)
+
+
 def _only_first_output_read(node) -> bool:
     import operator
 
@@ -109,9 +126,12 @@ def decompose_unsupported(exported) -> Any:
     ops = {op: _embedding_bag for op in (aten.embedding_bag.default, aten.embedding_bag.padding_idx,
                                          aten._embedding_bag.default, aten._embedding_bag_forward_only.default)}
     ops.update({op: _adaptive_max_pool for op in (aten.adaptive_max_pool1d.default, aten.adaptive_max_pool2d.default)})
-    ops[aten.im2col.default] = _im2col
+    single = {aten.im2col.default: _im2col, aten._cdist_forward.default: _cdist, aten.cdist.default: _cdist}
+    ops.update(single)
     found = {n.target for n in exported.graph.nodes if n.op == "call_function" and n.target in ops
-             and (n.target is aten.im2col.default or _only_first_output_read(n))}
+             and (n.target in single or _only_first_output_read(n))
+             and not (n.target in (aten._cdist_forward.default, aten.cdist.default) and len(n.args) > 2
+                      and n.args[2] == 0)}  # p = 0 counts differing entries: left as it was
     if not found:
         return exported
     return exported.run_decompositions({op: ops[op] for op in found})
@@ -194,6 +214,29 @@ def _elu(node, importer):
     return importer.block_builder.emit(relax.op.multiply(out, relax.const(float(scale), dtype)) if scale != 1 else out)
 
 
+def _hypot(node, importer):
+    """aten.hypot, which TVM's importer lacks: sqrt(a^2 + b^2)."""
+    from tvm import relax
+
+    a, b = importer.env[node.args[0]], importer.env[node.args[1]]
+    return importer.block_builder.emit(relax.op.sqrt(relax.op.add(relax.op.multiply(a, a), relax.op.multiply(b, b))))
+
+
+def _grid_sampler(node, importer):
+    """aten.grid_sampler_2d with PyTorch's grid, (N, H_out, W_out, 2), turned into the (N, 2, H_out,
+    W_out) grid that Relax's grid_sample and TOPI's read: TVM's converter passed it as it was, and
+    the output came out (N, C, W_out, 2) (the op battery's op_grid_sample)."""
+    from tvm import relax
+
+    args = list(node.args) + [0, 0, False][len(node.args) - 2:]
+    data, grid = importer.env[node.args[0]], importer.env[node.args[1]]
+    grid = importer.block_builder.emit(relax.op.permute_dims(grid, [0, 3, 1, 2]))
+    return importer.block_builder.emit(relax.op.image.grid_sample(
+        data, grid, method={0: "bilinear", 1: "nearest", 2: "bicubic"}.get(args[2], "bilinear"), layout="NCHW",
+        padding_mode={0: "zeros", 1: "border", 2: "reflection"}.get(args[3], "zeros"), align_corners=bool(args[4])))
+
+
 # TVM importer's name of an aten operator -> its converter (from_exported_program's custom_convert_map)
 CONVERTERS = {"amax.default": _reduce("max"), "amin.default": _reduce("min"), "exp2.default": _exp2, "elu.default": _elu,
+              "hypot.default": _hypot, "grid_sampler_2d.default": _grid_sampler,
               **{f"{kind}.default": _int_clamp(kind) for kind in ("clamp", "clamp_min", "clamp_max")}}
