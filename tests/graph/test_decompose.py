@@ -235,3 +235,24 @@ def test_cdist_hypot_and_grid_sample_build_and_match():
     mod = import_torch(model, (x,)).mod
     vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
     np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), model(x).numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.tvm
+def test_division_by_a_python_number_keeps_the_tensors_dtype():
+    """An int64 tensor `// 3` failed to import: TVM's converter typed the 3 int32. Floor and trunc
+    division of ints and floats by Python numbers, negative divisors included, match PyTorch exactly."""
+    import torch
+    import tvm
+    from tvm import relax
+
+    from tlm.graph.importer import import_torch
+
+    class Div(torch.nn.Module):
+        def forward(self, x):
+            i = (x * 7).long()
+            ints = torch.floor_divide(i, 3) + torch.div(i, -4, rounding_mode="floor") + torch.div(i, -3, rounding_mode="trunc")
+            return ints.float() + torch.div(x, 0.3, rounding_mode="trunc") + torch.div(x, 2.0, rounding_mode="floor") + i / 3
+
+    model, x = Div().eval(), torch.randn(4, 10, generator=torch.Generator().manual_seed(0)) * 3
+    vm = relax.VirtualMachine(tvm.compile(import_torch(model, (x,)).mod, target="llvm"), tvm.cpu())
+    np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), model(x).numpy())

@@ -4,7 +4,8 @@ window size and stride where the input divides, else the maxima of PyTorch's win
 (a grouped conv with one-hot kernels) and `torch.cdist` (its definition); and converters it lacks
 or gets wrong (`CONVERTERS`): `torch.amax`/`amin` (Relax's max/min over the same axes),
 `torch.exp2`, `torch.hypot`, `clamp` of an integer tensor with one bound, ELU's scales (`F.selu`
-was silently wrong) and `F.grid_sample`'s grid layout (the output came out in the wrong shape).
+was silently wrong), `F.grid_sample`'s grid layout (the output came out in the wrong shape) and
+an integer `//` by a Python int.
 
 `nn.EmbeddingBag` (and `F.embedding_bag`) reach torch.export as `aten.embedding_bag`, which
 becomes `aten._embedding_bag` in TVM 0.27's importer, which refuses it (torch has no decomposition
@@ -236,7 +237,31 @@ def _grid_sampler(node, importer):
         padding_mode={0: "zeros", 1: "border", 2: "reflection"}.get(args[3], "zeros"), align_corners=bool(args[4])))
 
 
+def _div_mode(node, importer):
+    """aten.div.Tensor_mode (`//`, `torch.floor_divide`, `torch.div(rounding_mode=...)`) with a
+    Python number of the tensor's kind as the divisor: the number in the tensor's dtype. TVM's
+    converter made it int32 or float32 whatever the tensor, and an int64 tensor `// 3` failed to
+    import (binary operators need one dtype). Everything else goes to TVM's converter."""
+    from tvm import relax
+
+    x, y = importer.env.get(node.args[0]), node.args[1]
+    dtype = str(getattr(x.ty.dtype, "dtype", x.ty.dtype)) if isinstance(x, relax.Expr) else ""
+    is_int = dtype.startswith(("int", "uint"))
+    if not (isinstance(y, int | float) and not isinstance(y, bool) and dtype and is_int == isinstance(y, int)):
+        return importer._div(node)
+    y = relax.const(y, dtype)
+    mode = node.args[2] if len(node.args) > 2 else node.kwargs.get("rounding_mode")
+    if mode == "floor":
+        return importer.block_builder.emit(relax.op.floor_divide(x, y))
+    if mode == "trunc":  # an integer Div truncates (TIR's and LLVM's sdiv)
+        div = relax.op.divide(x, y)
+        return importer.block_builder.emit(div if is_int else relax.op.trunc(div))
+    if mode is None and not is_int:
+        return importer.block_builder.emit(relax.op.divide(x, y))
+    return importer._div(node)  # an integer true division (PyTorch's is float): as TVM does it
+
+
 # TVM importer's name of an aten operator -> its converter (from_exported_program's custom_convert_map)
 CONVERTERS = {"amax.default": _reduce("max"), "amin.default": _reduce("min"), "exp2.default": _exp2, "elu.default": _elu,
-              "hypot.default": _hypot, "grid_sampler_2d.default": _grid_sampler,
+              "hypot.default": _hypot, "grid_sampler_2d.default": _grid_sampler, "div.Tensor_mode": _div_mode,
               **{f"{kind}.default": _int_clamp(kind) for kind in ("clamp", "clamp_min", "clamp_max")}}
