@@ -256,3 +256,24 @@ def test_division_by_a_python_number_keeps_the_tensors_dtype():
     model, x = Div().eval(), torch.randn(4, 10, generator=torch.Generator().manual_seed(0)) * 3
     vm = relax.VirtualMachine(tvm.compile(import_torch(model, (x,)).mod, target="llvm"), tvm.cpu())
     np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), model(x).numpy())
+
+
+@pytest.mark.tvm
+@pytest.mark.parametrize("kw", [{"scale_factor": 2}, {"size": (5, 7, 9), "align_corners": True},
+                                {"scale_factor": (1.5, 0.5, 2.5)}])
+def test_trilinear_interpolation_imports_and_matches(kw):
+    """F.interpolate(mode="trilinear") failed to import (TVM's index_tensor of torch's decomposition)."""
+    import torch
+    import torch.nn.functional as F
+    import tvm
+    from tvm import relax
+
+    from tlm.graph.importer import import_torch
+
+    class Up(torch.nn.Module):
+        def forward(self, x):
+            return F.interpolate(x, mode="trilinear", **kw)
+
+    model, x = Up().eval(), torch.randn(1, 2, 4, 5, 6, generator=torch.Generator().manual_seed(0))
+    vm = relax.VirtualMachine(tvm.compile(import_torch(model, (x,)).mod, target="llvm"), tvm.cpu())
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-5)

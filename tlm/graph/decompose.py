@@ -1,7 +1,8 @@
 """Operators TVM's PyTorch importer has no conversion for, rewritten into ones it has:
 `nn.EmbeddingBag`, adaptive max pooling (`nn.AdaptiveMaxPool1d/2d`, the values; a pool with one
 window size and stride where the input divides, else the maxima of PyTorch's windows), `F.unfold`
-(a grouped conv with one-hot kernels) and `torch.cdist` (its definition); and converters it lacks
+(a grouped conv with one-hot kernels), `torch.cdist` (its definition) and trilinear interpolation
+(three 1-D ones); and converters it lacks
 or gets wrong (`CONVERTERS`): `torch.amax`/`amin` (Relax's max/min over the same axes),
 `torch.exp2`, `torch.hypot`, `clamp` of an integer tensor with one bound, ELU's scales (`F.selu`
 was silently wrong), `F.grid_sample`'s grid layout (the output came out in the wrong shape) and
@@ -110,6 +111,35 @@ def _cdist(x1, x2, p: float = 2.0, compute_mode=None):
     return diff.pow(p).sum(-1).pow(1.0 / p)
 
 
+def _trilinear(x, output_size, align_corners, scale_factors):
+    """aten.upsample_trilinear3d.vec as three 1-D linear interpolations (gathers of the two
+    neighbours along one axis and their weighted sum), PyTorch's source positions: TVM's import of
+    torch's own decomposition failed (index_tensor could not broadcast). Positions and weights are
+    computed by operators (a decomposition cannot hold constant tensors)."""
+    import math
+
+    import torch
+
+    sizes = [int(n) for n in x.shape[2:]]
+    outs = ([int(n) for n in output_size] if output_size is not None
+            else [int(math.floor(n * f)) for n, f in zip(sizes, scale_factors)])
+    for axis, (n_in, n_out) in enumerate(zip(sizes, outs), start=2):
+        i = torch.arange(n_out, dtype=torch.float32, device=x.device)
+        if align_corners:
+            src = i * ((n_in - 1) / (n_out - 1)) if n_out > 1 else i * 0.0
+        else:
+            step = 1.0 / scale_factors[axis - 2] if scale_factors is not None else n_in / n_out
+            src = torch.clamp((i + 0.5) * step - 0.5, min=0.0)
+        lo = torch.clamp(torch.floor(src), max=n_in - 1)
+        hi = torch.clamp(lo + 1, max=n_in - 1)
+        shape = [1] * x.dim()
+        shape[axis] = n_out
+        w = (src - lo).to(x.dtype).reshape(shape)
+        x = (torch.index_select(x, axis, lo.to(torch.int64)) * (1 - w)
+             + torch.index_select(x, axis, hi.to(torch.int64)) * w)
+    return x
+
+
 def _only_first_output_read(node) -> bool:
     import operator
 
@@ -127,7 +157,8 @@ def decompose_unsupported(exported) -> Any:
     ops = {op: _embedding_bag for op in (aten.embedding_bag.default, aten.embedding_bag.padding_idx,
                                          aten._embedding_bag.default, aten._embedding_bag_forward_only.default)}
     ops.update({op: _adaptive_max_pool for op in (aten.adaptive_max_pool1d.default, aten.adaptive_max_pool2d.default)})
-    single = {aten.im2col.default: _im2col, aten._cdist_forward.default: _cdist, aten.cdist.default: _cdist}
+    single = {aten.im2col.default: _im2col, aten._cdist_forward.default: _cdist, aten.cdist.default: _cdist,
+              aten.upsample_trilinear3d.vec: _trilinear}
     ops.update(single)
     found = {n.target for n in exported.graph.nodes if n.op == "call_function" and n.target in ops
              and (n.target in single or _only_first_output_read(n))
