@@ -108,3 +108,22 @@ def test_a_task_without_a_design_space_is_said_and_left_untuned(monkeypatch, cap
     assert [t.name for t in tunable([matmul32, other], host)] == [matmul32.name]
     err = capsys.readouterr().err
     assert "no design space for task no_space" in err and "TVM's default schedule, untuned" in err
+
+
+@pytest.mark.tvm
+def test_no_task_with_a_space_still_gives_a_database(host, matmul32, monkeypatch, tmp_path):
+    """When no task has a design space, tuning writes an empty record database (the compile then
+    builds every task untuned, said out loud) instead of none: `tlm compile` said "no record
+    database directory" for such a model."""
+    from tlm.errors import TlmError
+    import tlm.space.design as design
+    from tlm.measure.database import open_db
+    from tlm.search.tune import tune
+
+    def fake(task, target=None):
+        raise TlmError(f"no design space for task {task.name}")
+
+    monkeypatch.setattr(design, "task_space", fake)
+    assert tune([matmul32], "tlm", 0, str(tmp_path / "db"), target=host) == []
+    with open_db(str(tmp_path / "db"), create=False) as db:
+        assert db.count() == 0

@@ -67,11 +67,9 @@ def tune(source: str | list[Task], tuner: str = "metaschedule", budget: str | in
 
         CostModel.load(config.cost_model)  # so does a bad --cost-model
     tasks = tunable(tasks, info)
-    if not tasks:
-        return []
-    database = open_db(db)
+    database = open_db(db)  # also when no task has a design space: the compile builds them untuned from it
     try:
-        return TUNERS[tuner](tasks, database, info, config, progress=progress).run()
+        return TUNERS[tuner](tasks, database, info, config, progress=progress).run() if tasks else []
     finally:
         database.close()
 
