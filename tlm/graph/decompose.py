@@ -169,6 +169,11 @@ def decompose_unsupported(exported) -> Any:
     return exported.run_decompositions({op: ops[op] for op in found})
 
 
+def _dtype(x) -> str:
+    """A Relax tensor expression's dtype as a string ("int64")."""
+    return str(getattr(x.ty.dtype, "dtype", x.ty.dtype))
+
+
 def _reduce(op_name: str):
     """A converter of aten.amax/amin (x, dim=[], keepdim=False) to Relax's max/min over those axes."""
 
@@ -196,7 +201,7 @@ def _int_clamp(kind: str):
 
         own = getattr(importer, {"clamp": "_clamp", "clamp_min": "_clamp_min", "clamp_max": "_clamp_max"}[kind])
         x = importer.env[node.args[0]]
-        dtype = str(getattr(x.ty.dtype, "dtype", x.ty.dtype))
+        dtype = _dtype(x)
         if not dtype.startswith(("int", "uint")):
             return own(node)
         args = list(node.args[1:])
@@ -221,7 +226,7 @@ def _exp2(node, importer):
     from tvm import relax
 
     x = importer.env[node.args[0]]
-    dtype = str(getattr(x.ty.dtype, "dtype", x.ty.dtype))
+    dtype = _dtype(x)
     return importer.block_builder.emit(relax.op.exp(relax.op.multiply(x, relax.const(math.log(2.0), dtype))))
 
 
@@ -276,7 +281,7 @@ def _div_mode(node, importer):
     from tvm import relax
 
     x, y = importer.env.get(node.args[0]), node.args[1]
-    dtype = str(getattr(x.ty.dtype, "dtype", x.ty.dtype)) if isinstance(x, relax.Expr) else ""
+    dtype = _dtype(x) if isinstance(x, relax.Expr) else ""
     is_int = dtype.startswith(("int", "uint"))
     if not (isinstance(y, int | float) and not isinstance(y, bool) and dtype and is_int == isinstance(y, int)):
         return importer._div(node)

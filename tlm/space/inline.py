@@ -22,39 +22,37 @@ COSTLY_OPS = 24
 INLINE_RULE = "meta_schedule.inline_rule"
 
 
-def _op_count(expr) -> int:
-    """Arithmetic nodes of a TIR expression tree (binary ops, calls, casts, selects; leaves 0)."""
+def _is_load(expr) -> bool:
+    return type(expr).__name__ in ("TensorLoad", "BufferLoad")  # TVM 0.27's load: `source` is the buffer's Var
+
+
+def _operands(expr) -> list | None:
+    """The sub-expressions of an arithmetic node (binary op, call, cast, select); None for a leaf."""
     if hasattr(expr, "op") and hasattr(expr, "args"):  # Call (tirx has no Python class for it here)
-        return 1 + sum(_op_count(a) for a in expr.args)
+        return list(expr.args)
     if hasattr(expr, "a") and hasattr(expr, "b"):
-        return 1 + _op_count(expr.a) + _op_count(expr.b)
+        return [expr.a, expr.b]
     kind = type(expr).__name__
     if kind == "Cast":
-        return 1 + _op_count(expr.value)
+        return [expr.value]
     if kind == "Select":
-        return 1 + _op_count(expr.condition) + _op_count(expr.true_value) + _op_count(expr.false_value)
-    return 0
+        return [expr.condition, expr.true_value, expr.false_value]
+    return None
+
+
+def _op_count(expr) -> int:
+    """Arithmetic nodes of a TIR expression tree (binary ops, calls, casts, selects; leaves and loads 0)."""
+    parts = None if _is_load(expr) else _operands(expr)
+    return 0 if parts is None else 1 + sum(_op_count(p) for p in parts)
 
 
 def _loads(expr, count: dict | None = None) -> dict:
     """How many times the TIR expression `expr` loads each buffer (buffer -> count)."""
     count = {} if count is None else count
-    kind = type(expr).__name__
-    if kind in ("TensorLoad", "BufferLoad"):  # TVM 0.27's load: `source` is the buffer's Var
+    if _is_load(expr):
         buf = expr.source if hasattr(expr, "source") else expr.buffer
         count[buf] = count.get(buf, 0) + 1
-        parts = list(expr.indices)
-    elif hasattr(expr, "op") and hasattr(expr, "args"):
-        parts = list(expr.args)
-    elif hasattr(expr, "a") and hasattr(expr, "b"):
-        parts = [expr.a, expr.b]
-    elif kind == "Cast":
-        parts = [expr.value]
-    elif kind == "Select":
-        parts = [expr.condition, expr.true_value, expr.false_value]
-    else:
-        parts = []
-    for part in parts:
+    for part in list(expr.indices) if _is_load(expr) else _operands(expr) or []:
         _loads(part, count)
     return count
 
