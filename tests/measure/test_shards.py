@@ -153,16 +153,47 @@ def test_truncated_shard_gives_a_prefix_and_names_itself(tmp_path, capsys):
     assert len(got) > 10 and min(got) < len(whole) // 4  # the cuts fell all along the shard
 
 
-def test_corrupt_shard_gives_a_prefix_and_names_itself(tmp_path, capsys):
+def test_corrupt_shard_gives_only_checked_streams_and_names_itself(tmp_path, capsys, monkeypatch):
+    """Eight flipped bytes anywhere after the header: the records of the xz streams before the
+    damage come back, exactly, and none decoded after it (which used to pass for records: lines
+    copied from earlier ones); named every time."""
+    monkeypatch.setattr(shards, "STREAM_BYTES", 4000)
     corpus, path, data, whole = _whole_shard(tmp_path, n=400)
-    for at in (len(data) // 3, len(data) // 2, 2 * len(data) // 3, len(data) - 40):
+    dec = lzma.LZMADecompressor()
+    dec.decompress(data)
+    header_end = len(data) - len(dec.unused_data)  # the header is its own stream
+    counts = set()
+    for at in range(header_end + 200, len(data) - 8, max(1, (len(data) - header_end) // 60)):
         shards._warned.clear()
         path.write_bytes(data[:at] + bytes(b ^ 0x5A for b in data[at:at + 8]) + data[at + 8:])
         _, _, records = read_shard(path)
         assert records == whole[:len(records)] and len(records) < len(whole), at
+        counts.add(len(records))
         (warning,) = _warnings(capsys)
         assert warning.startswith(f"tlm: warning: {path}: damaged (") and "the rest lost" in warning, at
         assert corpus_summary(corpus)[path.parent.name]["records"] == len(records)
+    assert len(counts) > 5  # many streams, each kept whole or not at all
+
+
+def test_shard_is_many_checked_streams_that_xz_reads_as_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(shards, "STREAM_BYTES", 4000)
+    _, path, data, whole = _whole_shard(tmp_path, n=400)
+    assert data.count(b"\xfd7zXZ\x00") > 10  # the xz stream magic, once per stream
+    lines = [json.loads(ln) for ln in lzma.decompress(data).decode().splitlines()]
+    assert lines[0]["records"] == len(whole) and [ln for ln in lines if "lat" in ln] == whole
+
+
+def test_corrupt_one_stream_shard_loses_what_its_check_covers(tmp_path, capsys):
+    """A shard written as one xz stream (before 2026-12-02): damage after its header is named and
+    nothing of that stream is read, rather than what the decoder made of it."""
+    corpus, path, data, whole = _whole_shard(tmp_path, n=400)
+    raw = lzma.decompress(data)
+    path.write_bytes(lzma.compress(raw, preset=9))
+    one = path.read_bytes()
+    path.write_bytes(one[:len(one) // 2] + bytes(b ^ 0x5A for b in one[len(one) // 2:len(one) // 2 + 8])
+                     + one[len(one) // 2 + 8:])
+    with pytest.raises(TlmError, match="unreadable shard: corrupt xz data"):
+        read_shard(path)
 
 
 def test_damaged_shard_ingested_in_part_then_whole_once_repaired(tmp_path, capsys):
