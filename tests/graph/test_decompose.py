@@ -135,7 +135,7 @@ def test_adaptive_max_pool_imports_and_builds(size, out):
 
 @pytest.mark.tvm
 def test_amax_amin_import_and_build():
-    """torch.amax/amin had no conversion in TVM's importer (`CONVERTERS` adds them)."""
+    """torch.amax/amin had no conversion in TVM's importer (`tlm.graph.converters.CONVERTERS` adds them)."""
     import torch
     import tvm
     from tvm import relax

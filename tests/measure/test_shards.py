@@ -7,7 +7,7 @@ import pytest
 
 from tlm.errors import TlmError
 from tlm.graph.tasks import Task
-from tlm.measure import shards
+from tlm.measure import shards, xzlines
 from tlm.measure.database import open_db
 from tlm.measure.shards import (corpus_summary, flush, hardware_slug, ingest, pending, read_shard,
                                 shard_paths)
@@ -157,7 +157,7 @@ def test_corrupt_shard_gives_only_checked_streams_and_names_itself(tmp_path, cap
     """Eight flipped bytes anywhere after the header: the records of the xz streams before the
     damage come back, exactly, and none decoded after it (which used to pass for records: lines
     copied from earlier ones); named every time."""
-    monkeypatch.setattr(shards, "STREAM_BYTES", 4000)
+    monkeypatch.setattr(xzlines, "STREAM_BYTES", 4000)
     corpus, path, data, whole = _whole_shard(tmp_path, n=400)
     dec = lzma.LZMADecompressor()
     dec.decompress(data)
@@ -176,7 +176,7 @@ def test_corrupt_shard_gives_only_checked_streams_and_names_itself(tmp_path, cap
 
 
 def test_shard_is_many_checked_streams_that_xz_reads_as_one(tmp_path, monkeypatch):
-    monkeypatch.setattr(shards, "STREAM_BYTES", 4000)
+    monkeypatch.setattr(xzlines, "STREAM_BYTES", 4000)
     _, path, data, whole = _whole_shard(tmp_path, n=400)
     assert data.count(b"\xfd7zXZ\x00") > 10  # the xz stream magic, once per stream
     lines = [json.loads(ln) for ln in lzma.decompress(data).decode().splitlines()]

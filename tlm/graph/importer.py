@@ -69,7 +69,8 @@ def import_torch(module, example_inputs, source: str = "<module>", sink_reshapes
     from tlm.graph.rewrite import promote_torch_arithmetic
 
     promote_torch_arithmetic(exported)  # int64 / 4 is float32, as in PyTorch
-    from tlm.graph.decompose import CONVERTERS, decompose_unsupported
+    from tlm.graph.converters import CONVERTERS
+    from tlm.graph.decompose import decompose_unsupported
 
     try:
         with quiet_stderr():

@@ -25,12 +25,10 @@ a new machine starts from everything committed.
 from __future__ import annotations
 
 import json
-import lzma
 import os
 import re
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from contextlib import contextmanager
@@ -40,6 +38,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from tlm.errors import TlmError
+from tlm.measure import xzlines
 from tlm.measure.database import Database, open_db
 
 SHARD_VERSION = 1
@@ -47,11 +46,6 @@ SUFFIX = ".jsonl.xz"
 _META_UID, _META_UPTO, _META_TASKS, _META_INGESTED = ("corpus.uid", "corpus.exported_upto", "corpus.exported_tasks",
                                                      "corpus.ingested")
 _META_PARTIAL = "corpus.partial"  # {shard: records ingested} of damaged shards, read again until repaired
-_CHUNK = 1024  # xz bytes decompressed at a time: what precedes a cut is kept, but for its chunk
-# Lines per xz stream: each stream ends with its own check, so a corrupt byte costs only its stream
-# (a one-block stream's check comes at its end: what the decoder gave before it may be garbage, even
-# lines copied from earlier ones). ~1 MiB of text: 1.005-1.03x the size of one stream on the corpus.
-STREAM_BYTES = 1 << 20
 _warned: set[str] = set()  # warnings given by this process (`tlm corpus --curve` reads each shard twice)
 
 
@@ -127,29 +121,6 @@ def _versions() -> dict[str, Any]:
     return {"sentence_version": SENTENCE_VERSION, "extract_version": EXTRACT_VERSION, "tvm": tvm_version}
 
 
-def _streams(lines: list[str]) -> Iterator[bytes]:
-    """`lines` as concatenated xz streams: the first line (the header) alone, then ~STREAM_BYTES of
-    text each, every stream with its own integrity check (xz and lzma.open read them as one file)."""
-    group, size = [], 0
-    for i, line in enumerate(lines):
-        group.append(line)
-        size += len(line) + 1
-        if i == 0 or size >= STREAM_BYTES or i == len(lines) - 1:
-            yield lzma.compress(("\n".join(group) + "\n").encode(), preset=9)
-            group, size = [], 0
-
-
-def _write_atomic(path: Path, lines: list[str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("wb", dir=path.parent, delete=False, suffix=".tmp") as tmp:
-        for stream in _streams(lines):
-            tmp.write(stream)
-        tmp.flush()
-        os.fsync(tmp.fileno())
-    os.chmod(tmp.name, 0o644)  # a temporary file is private; a shard is data like any other
-    os.replace(tmp.name, path)
-
-
 def pending(db: Database) -> int:
     """Records of `db` not yet in any shard."""
     upto = int(db.get_meta(_META_UPTO, 0))
@@ -190,7 +161,7 @@ def flush(db: Database, corpus: str | os.PathLike) -> FlushReport:
                 line["trace"] = json.loads(r["trace_json"]) if r["trace_json"] else None
             lines.append(json.dumps(line, sort_keys=True))
         rel = f"{hardware_slug(key)}/{uid}-{recs[0]['id']:08d}-{recs[-1]['id']:08d}{SUFFIX}"
-        _write_atomic(corpus / rel, lines)
+        xzlines.write_atomic(corpus / rel, lines)
         names.append(rel)
         exported |= set(new_tasks)
         report.shards.append(str(corpus / rel))
@@ -246,32 +217,6 @@ def _warn(message: str) -> None:  # once per message and process: no reader drop
         print(f"tlm: warning: {message}", file=sys.stderr, flush=True)
 
 
-def _decompress(path: str | os.PathLike) -> tuple[bytes, str | None]:
-    """What `path` decompresses to, up to any damage, and what the damage is (None if none). Fed in
-    small chunks, so a cut stream still gives what precedes the cut (lzma.open's reader loses the
-    whole read that raised); of a corrupt stream nothing is kept, since its check comes at its end
-    and what the decoder gave before it noticed may be garbage (older shards are one stream: all of
-    it is lost then). Streams may be concatenated, as xz's may; the whole ones before are kept."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as err:
-        raise TlmError(f"{path}: unreadable shard: {err}") from None
-    out: list[bytes] = []
-    while True:
-        dec, pos, start = lzma.LZMADecompressor(), 0, len(out)
-        try:
-            while not dec.eof and pos < len(data):
-                out.append(dec.decompress(data[pos:pos + _CHUNK]))
-                pos += _CHUNK
-        except lzma.LZMAError as err:  # also between streams: a damaged stream header loses what follows
-            return b"".join(out[:start]), f"corrupt xz data: {err}"
-        if not dec.eof:
-            return b"".join(out), "truncated xz stream" if data else "empty file"
-        data = dec.unused_data + data[pos:]
-        if not data.strip(b"\0"):  # nothing more, or stream padding
-            return b"".join(out), None
-
-
 def _line_ok(i: int, obj: Any) -> bool:  # the header, a task or a record, with what ingest reads
     return isinstance(obj, dict) and (("shard" in obj and "target_key" in obj) if i == 0 else (
         isinstance(obj["task"], dict) and "hash" in obj["task"]) if "task" in obj else (
@@ -282,9 +227,9 @@ def load_shard(path: str | os.PathLike) -> tuple[dict, list[dict[str, Any]], lis
     """(header, tasks, records, damage) of one shard, warning nobody: `damage` is None for a whole
     shard, else "path: damaged (what); N of M records read, the rest lost", with every complete
     line before the damage (not the half line at the cut, nor any line from the first that is not a
-    shard line; of a corrupt xz stream none: `_decompress`).
+    shard line; of a corrupt xz stream none: `tlm.measure.xzlines`).
     A TlmError if not even the header is readable, or the file is not a shard."""
-    raw, damage = _decompress(path)
+    raw, damage = xzlines.decompress(path)
     lines = raw.split(b"\n")
     if damage or not lines[-1]:
         lines.pop()  # the half line at the cut, or the empty one after the last newline

@@ -1,0 +1,145 @@
+"""Converters TVM's PyTorch importer lacks or gets wrong (`CONVERTERS`, passed to
+from_exported_program as its `custom_convert_map`): `torch.amax`/`amin` (Relax's max/min over the
+same axes), `torch.exp2`, `torch.hypot`, `clamp` of an integer tensor with one bound, ELU's scales
+(`F.selu` was silently wrong), `F.grid_sample`'s grid layout (the output came out in the wrong
+shape) and an integer `//` by a Python int. Operators the importer has no conversion for at all
+are rewritten before it, at the PyTorch level, by tlm.graph.decompose.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def _dtype(x) -> str:
+    """A Relax tensor expression's dtype as a string ("int64")."""
+    return str(getattr(x.ty.dtype, "dtype", x.ty.dtype))
+
+
+def _reduce(op_name: str):
+    """A converter of aten.amax/amin (x, dim=[], keepdim=False) to Relax's max/min over those axes."""
+
+    def convert(node, importer):
+        from tvm import relax
+
+        x = importer.env[node.args[0]]
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", [])
+        keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+        axis = [int(d) for d in dim] if dim else None  # [] is every axis, as in PyTorch
+        return importer.block_builder.emit(getattr(relax.op, op_name)(x, axis, keepdim))
+
+    return convert
+
+
+def _int_clamp(kind: str):
+    """A converter of aten.clamp / clamp_min / clamp_max of an integer tensor: a maximum and / or a
+    minimum with the bounds given. TVM's own writes a clip with +-inf for a missing bound, which
+    legalization cannot convert to an integer (`x.long().clamp(max=49)` failed with "Cannot
+    convert infinity to BigInt"). Other dtypes and tensor bounds go to TVM's converter."""
+
+    def convert(node, importer):
+        import numpy as np
+        from tvm import relax
+
+        own = getattr(importer, {"clamp": "_clamp", "clamp_min": "_clamp_min", "clamp_max": "_clamp_max"}[kind])
+        x = importer.env[node.args[0]]
+        dtype = _dtype(x)
+        if not dtype.startswith(("int", "uint")):
+            return own(node)
+        args = list(node.args[1:])
+        if kind == "clamp":
+            lo = args[0] if args else node.kwargs.get("min")
+            hi = args[1] if len(args) > 1 else node.kwargs.get("max")
+        else:
+            lo, hi = (args[0], None) if kind == "clamp_min" else (None, args[0])
+        if not all(b is None or isinstance(b, int | float) for b in (lo, hi)):
+            return own(node)  # a tensor bound: TVM's maximum / minimum
+        if lo is not None:
+            x = relax.op.maximum(x, relax.const(int(np.ceil(lo)), dtype))
+        if hi is not None:
+            x = relax.op.minimum(x, relax.const(int(np.floor(hi)), dtype))
+        return importer.block_builder.emit(x)
+
+    return convert
+
+
+def _exp2(node, importer):
+    """aten.exp2, which TVM's importer lacks: exp(x ln 2)."""
+    from tvm import relax
+
+    x = importer.env[node.args[0]]
+    dtype = _dtype(x)
+    return importer.block_builder.emit(relax.op.exp(relax.op.multiply(x, relax.const(math.log(2.0), dtype))))
+
+
+def _elu(node, importer):
+    """aten.elu(x, alpha, scale, input_scale) = scale * (x if x > 0 else alpha * (exp(input_scale * x) - 1)).
+    TVM's converter reads alpha only: `F.selu` (which torch decomposes to an elu with scale 1.0507)
+    came out without its scale, 0.62 off on a unit normal input, silently. Plain ELUs go to TVM's
+    converter (their tasks unchanged)."""
+    from tvm import relax
+
+    args = list(node.args) + [None] * 4
+    alpha = args[1] if args[1] is not None else node.kwargs.get("alpha", 1.0)
+    scale = args[2] if args[2] is not None else node.kwargs.get("scale", 1.0)
+    input_scale = args[3] if args[3] is not None else node.kwargs.get("input_scale", 1.0)
+    if scale == 1 and input_scale == 1:
+        return importer._elu(node)
+    x = importer.env[node.args[0]]
+    dtype = x.ty.dtype
+    inner = x if input_scale == 1 else relax.op.multiply(x, relax.const(float(input_scale), dtype))
+    neg = relax.op.nn.relu(relax.op.subtract(relax.const(1.0, dtype), relax.op.exp(inner)))
+    out = relax.op.add(relax.op.multiply(relax.const(-float(alpha), dtype), neg), relax.op.nn.relu(x))
+    return importer.block_builder.emit(relax.op.multiply(out, relax.const(float(scale), dtype)) if scale != 1 else out)
+
+
+def _hypot(node, importer):
+    """aten.hypot, which TVM's importer lacks: sqrt(a^2 + b^2)."""
+    from tvm import relax
+
+    a, b = importer.env[node.args[0]], importer.env[node.args[1]]
+    return importer.block_builder.emit(relax.op.sqrt(relax.op.add(relax.op.multiply(a, a), relax.op.multiply(b, b))))
+
+
+def _grid_sampler(node, importer):
+    """aten.grid_sampler_2d with PyTorch's grid, (N, H_out, W_out, 2), turned into the (N, 2, H_out,
+    W_out) grid that Relax's grid_sample and TOPI's read: TVM's converter passed it as it was, and
+    the output came out (N, C, W_out, 2) (the op battery's op_grid_sample)."""
+    from tvm import relax
+
+    args = list(node.args) + [0, 0, False][len(node.args) - 2:]
+    data, grid = importer.env[node.args[0]], importer.env[node.args[1]]
+    grid = importer.block_builder.emit(relax.op.permute_dims(grid, [0, 3, 1, 2]))
+    return importer.block_builder.emit(relax.op.image.grid_sample(
+        data, grid, method={0: "bilinear", 1: "nearest", 2: "bicubic"}.get(args[2], "bilinear"), layout="NCHW",
+        padding_mode={0: "zeros", 1: "border", 2: "reflection"}.get(args[3], "zeros"), align_corners=bool(args[4])))
+
+
+def _div_mode(node, importer):
+    """aten.div.Tensor_mode (`//`, `torch.floor_divide`, `torch.div(rounding_mode=...)`) with a
+    Python number of the tensor's kind as the divisor: the number in the tensor's dtype. TVM's
+    converter made it int32 or float32 whatever the tensor, and an int64 tensor `// 3` failed to
+    import (binary operators need one dtype). Everything else goes to TVM's converter."""
+    from tvm import relax
+
+    x, y = importer.env.get(node.args[0]), node.args[1]
+    dtype = _dtype(x) if isinstance(x, relax.Expr) else ""
+    is_int = dtype.startswith(("int", "uint"))
+    if not (isinstance(y, int | float) and not isinstance(y, bool) and dtype and is_int == isinstance(y, int)):
+        return importer._div(node)
+    y = relax.const(y, dtype)
+    mode = node.args[2] if len(node.args) > 2 else node.kwargs.get("rounding_mode")
+    if mode == "floor":
+        return importer.block_builder.emit(relax.op.floor_divide(x, y))
+    if mode == "trunc":  # an integer Div truncates (TIR's and LLVM's sdiv)
+        div = relax.op.divide(x, y)
+        return importer.block_builder.emit(div if is_int else relax.op.trunc(div))
+    if mode is None and not is_int:
+        return importer.block_builder.emit(relax.op.divide(x, y))
+    return importer._div(node)  # an integer true division (PyTorch's is float): as TVM does it
+
+
+# TVM importer's name of an aten operator -> its converter (from_exported_program's custom_convert_map)
+CONVERTERS = {"amax.default": _reduce("max"), "amin.default": _reduce("min"), "exp2.default": _exp2, "elu.default": _elu,
+              "hypot.default": _hypot, "grid_sampler_2d.default": _grid_sampler, "div.Tensor_mode": _div_mode,
+              **{f"{kind}.default": _int_clamp(kind) for kind in ("clamp", "clamp_min", "clamp_max")}}
