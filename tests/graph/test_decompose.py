@@ -277,3 +277,27 @@ def test_trilinear_interpolation_imports_and_matches(kw):
     model, x = Up().eval(), torch.randn(1, 2, 4, 5, 6, generator=torch.Generator().manual_seed(0))
     vm = relax.VirtualMachine(tvm.compile(import_torch(model, (x,)).mod, target="llvm"), tvm.cpu())
     np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_erfinv_and_eval_rrelu_rewritten():
+    """torch.erfinv and F.rrelu / nn.RReLU in eval mode were refused at import: erfinv now runs
+    PyTorch's own algorithm (its inf at +-1 and NaN past it kept), rrelu is the leaky ReLU of the
+    mean slope."""
+    import torch
+
+    from tlm.graph.decompose import _erfinv, decompose_unsupported
+
+    y = torch.cat([torch.linspace(-1, 1, 4001), torch.tensor([1.5, -2.0, 1 - 1e-7, -1 + 1e-7, 0.7, 0.70001])])
+    want, got = torch.erfinv(y), _erfinv(y)
+    assert torch.equal(torch.isnan(got), torch.isnan(want)) and torch.equal(got[want.isinf()], want[want.isinf()])
+    torch.testing.assert_close(got[want.isfinite()], want[want.isfinite()], rtol=1e-5, atol=1e-5)
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return (torch.nn.functional.rrelu(x, 0.1, 0.3, training=False) + torch.erfinv(torch.tanh(x))
+                    + torch.nn.RReLU().eval()(x))
+
+    x = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
+    rewritten = decompose_unsupported(torch.export.export(M().eval(), (x,)))
+    assert not [n for n in rewritten.graph.nodes if "erfinv" in str(n.target) or "rrelu" in str(n.target)]
+    torch.testing.assert_close(rewritten.module()(x), M()(x), rtol=1e-6, atol=1e-6)

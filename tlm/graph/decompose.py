@@ -1,8 +1,9 @@
 """Operators TVM's PyTorch importer has no conversion for, rewritten into ones it has:
 `nn.EmbeddingBag`, adaptive max pooling (`nn.AdaptiveMaxPool1d/2d`, the values; a pool with one
 window size and stride where the input divides, else the maxima of PyTorch's windows), `F.unfold`
-(a grouped conv with one-hot kernels), `torch.cdist` (its definition) and trilinear interpolation
-(three 1-D ones). Converters the importer lacks or gets wrong are in tlm.graph.converters.
+(a grouped conv with one-hot kernels), `torch.cdist` (its definition), trilinear interpolation
+(three 1-D ones), `torch.erfinv` (PyTorch's own algorithm) and `F.rrelu` in eval mode (a leaky
+ReLU). Converters the importer lacks or gets wrong are in tlm.graph.converters.
 
 `nn.EmbeddingBag` (and `F.embedding_bag`) reach torch.export as `aten.embedding_bag`, which
 becomes `aten._embedding_bag` in TVM 0.27's importer, which refuses it (torch has no decomposition
@@ -136,6 +137,59 @@ def _trilinear(x, output_size, align_corners, scale_factors):
     return x
 
 
+def _rrelu(x, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
+    """aten.rrelu_with_noise_functional in eval mode (`F.rrelu(training=False)`, `nn.RReLU` in
+    eval): a leaky ReLU with the mean slope (lower + upper) / 2; the noise output is unread."""
+    import torch
+
+    return torch.nn.functional.leaky_relu(x, (lower + upper) / 2), torch.zeros_like(noise)
+
+
+def _rrelu_plain(x, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
+    """aten.rrelu in eval mode, as torch.export keeps it before its own decompositions."""
+    import torch
+
+    return torch.nn.functional.leaky_relu(x, (lower + upper) / 2)
+
+
+_ERFINV_A, _ERFINV_B = (0.886226899, -1.645349621, 0.914624893, -0.140543331), (-2.118377725, 1.442710462,
+                                                                               -0.329097515, 0.012229801)
+_ERFINV_C, _ERFINV_D = (-1.970840454, -1.624906493, 3.429567803, 1.641345311), (3.543889200, 1.637067800)
+
+
+def _erfinv(y):
+    """aten.erfinv by PyTorch's own CPU algorithm (ATen's calc_erfinv): a rational first guess on
+    |y| <= 0.7 and another beyond, two Newton steps on erf, +-inf at +-1 and NaN past it."""
+    import math
+
+    import torch
+
+    def poly(coeffs, z):  # coeffs[0] + coeffs[1] z + ...
+        out = coeffs[-1] + z * 0
+        for c in reversed(coeffs[:-1]):
+            out = out * z + c
+        return out
+
+    a = y.abs()
+    z = y * y
+    central = y * poly(_ERFINV_A, z) / (poly(_ERFINV_B, z) * z + 1.0)
+    t = torch.sqrt(-torch.log((1.0 - a.clamp(max=1.0)) / 2.0))  # NaN-free; used where |y| > 0.7
+    tail = torch.sign(y) * poly(_ERFINV_C, t) / (poly(_ERFINV_D, t) * t + 1.0)
+    x = torch.where(a <= 0.7, central, tail)
+    for _ in range(2):
+        x = x - (torch.erf(x) - y) / ((2.0 / math.sqrt(math.pi)) * torch.exp(-x * x))
+    inf = torch.sign(y) * (a * 0 + math.inf)
+    return torch.where(a > 1.0, a * math.nan, torch.where(a == 1.0, inf, x))
+
+
+def _rrelu_training(node) -> bool:  # random slopes: left as it was (and refused)
+    import torch
+
+    aten = torch.ops.aten
+    at = {aten.rrelu_with_noise_functional.default: 4, aten.rrelu.default: 3}.get(node.target)
+    return at is not None and bool(node.args[at] if len(node.args) > at else node.kwargs.get("training", False))
+
+
 def _only_first_output_read(node) -> bool:
     import operator
 
@@ -154,12 +208,15 @@ def decompose_unsupported(exported) -> Any:
                                          aten._embedding_bag.default, aten._embedding_bag_forward_only.default)}
     ops.update({op: _adaptive_max_pool for op in (aten.adaptive_max_pool1d.default, aten.adaptive_max_pool2d.default)})
     single = {aten.im2col.default: _im2col, aten._cdist_forward.default: _cdist, aten.cdist.default: _cdist,
-              aten.upsample_trilinear3d.vec: _trilinear}
+              aten.upsample_trilinear3d.vec: _trilinear, aten.erfinv.default: _erfinv}
     ops.update(single)
+    ops[aten.rrelu_with_noise_functional.default] = _rrelu
+    single[aten.rrelu.default] = ops[aten.rrelu.default] = _rrelu_plain
     found = {n.target for n in exported.graph.nodes if n.op == "call_function" and n.target in ops
              and (n.target in single or _only_first_output_read(n))
              and not (n.target in (aten._cdist_forward.default, aten.cdist.default) and len(n.args) > 2
-                      and n.args[2] == 0)}  # p = 0 counts differing entries: left as it was
+                      and n.args[2] == 0)  # p = 0 counts differing entries: left as it was
+             and not _rrelu_training(n)}
     if not found:
         return exported
     return exported.run_decompositions({op: ops[op] for op in found})
