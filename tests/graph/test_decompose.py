@@ -301,3 +301,49 @@ def test_erfinv_and_eval_rrelu_rewritten():
     rewritten = decompose_unsupported(torch.export.export(M().eval(), (x,)))
     assert not [n for n in rewritten.graph.nodes if "erfinv" in str(n.target) or "rrelu" in str(n.target)]
     torch.testing.assert_close(rewritten.module()(x), M()(x), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("kw", [dict(cin=4, cout=2, k=2, stride=2),
+                                dict(cin=4, cout=6, k=3, stride=2, padding=1, output_padding=1, groups=2),
+                                dict(cin=3, cout=3, k=(3, 2, 3), stride=(1, 2, 3), padding=(1, 0, 1), dilation=(2, 1, 1)),
+                                dict(cin=2, cout=2, k=2, stride=2, padding=(2, 1, 0))])
+def test_conv_transpose3d_rewritten_exactly(kw):
+    """nn.ConvTranspose3d was refused at import ("Unsupported transposed convolution dimensionality:
+    5"): now its definition, a conv3d over the zero-dilated input, with groups, dilation, output
+    padding and a padding past the kernel's reach (which crops)."""
+    import torch
+
+    from tlm.graph.decompose import decompose_unsupported
+
+    kw = dict(kw)
+    cin, cout, k = kw.pop("cin"), kw.pop("cout"), kw.pop("k")
+    model = torch.nn.ConvTranspose3d(cin, cout, k, **kw).eval()
+    x = torch.randn(1, cin, 3, 4, 5, generator=torch.Generator().manual_seed(0))
+    rewritten = decompose_unsupported(torch.export.export(model, (x,)))
+    assert not [n for n in rewritten.graph.nodes if "transpose3d" in str(n.target)]
+    torch.testing.assert_close(rewritten.module()(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.tvm
+def test_conv_transpose3d_and_erfinv_build_and_match():
+    import torch
+    import tvm
+    from tvm import relax
+
+    from tlm.graph.importer import import_torch
+
+    class Up(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up = torch.nn.ConvTranspose3d(4, 2, 3, stride=2, padding=1, output_padding=1)
+
+        def forward(self, x):
+            return torch.erfinv(torch.tanh(self.up(x))) + torch.nn.functional.rrelu(x.mean(1, keepdim=True).repeat(
+                1, 1, 2, 2, 2), training=False)
+
+    torch.manual_seed(0)
+    model, x = Up().eval(), torch.randn(1, 4, 3, 4, 4, generator=torch.Generator().manual_seed(0))
+    mod = import_torch(model, (x,)).mod
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), model(x).detach().numpy(),
+                               rtol=1e-4, atol=1e-4)

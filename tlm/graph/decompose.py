@@ -2,8 +2,8 @@
 `nn.EmbeddingBag`, adaptive max pooling (`nn.AdaptiveMaxPool1d/2d`, the values; a pool with one
 window size and stride where the input divides, else the maxima of PyTorch's windows), `F.unfold`
 (a grouped conv with one-hot kernels), `torch.cdist` (its definition), trilinear interpolation
-(three 1-D ones), `torch.erfinv` (PyTorch's own algorithm) and `F.rrelu` in eval mode (a leaky
-ReLU). Converters the importer lacks or gets wrong are in tlm.graph.converters.
+(three 1-D ones), `torch.erfinv` (PyTorch's own algorithm), `F.rrelu` in eval mode (a leaky
+ReLU) and `nn.ConvTranspose3d` (a conv3d over the zero-dilated input). Converters the importer lacks or gets wrong are in tlm.graph.converters.
 
 `nn.EmbeddingBag` (and `F.embedding_bag`) reach torch.export as `aten.embedding_bag`, which
 becomes `aten._embedding_bag` in TVM 0.27's importer, which refuses it (torch has no decomposition
@@ -182,6 +182,34 @@ def _erfinv(y):
     return torch.where(a > 1.0, a * math.nan, torch.where(a == 1.0, inf, x))
 
 
+def _conv_transpose3d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """aten.conv_transpose3d (`nn.ConvTranspose3d`, which TVM's importer refuses: it has no 3-D
+    transposed convolution) as its definition: the input zero-dilated by the stride (a pad of a
+    new unit axis and a reshape), padded by dilation (k - 1) - padding (+ output_padding at the
+    end), then a conv3d with the weights flipped and in/out channels swapped per group. Over the
+    zeros, as TVM's own 2-D one is; the 3-D layers of models are rare."""
+    import torch.nn.functional as F
+
+    stride, padding, output_padding, dilation = (list(v) if isinstance(v, (list, tuple)) else [v] * 3
+                                                 for v in (stride, padding, output_padding, dilation))
+    for i, s in enumerate(stride):  # axis 2 + i: L -> (L - 1) s + 1
+        if s > 1:
+            ax, n = 2 + i, x.shape[2 + i]
+            shape = list(x.shape)
+            shape[ax] = n * s
+            x = F.pad(x.unsqueeze(ax + 1), [0, 0] * (4 - ax) + [0, s - 1]).reshape(shape).narrow(ax, 0, (n - 1) * s + 1)
+    cin, coutg, *k = weight.shape  # (Cin, Cout / groups, kd, kh, kw)
+    w = weight.reshape(groups, cin // groups, coutg, *k).transpose(1, 2).reshape(groups * coutg, cin // groups, *k)
+    edges = [(dilation[i] * (k[i] - 1) - padding[i], dilation[i] * (k[i] - 1) - padding[i] + output_padding[i])
+             for i in range(3)]
+    pads = [max(0, e) for i in (2, 1, 0) for e in edges[i]]
+    y = F.conv3d(F.pad(x, pads), w.flip([2, 3, 4]), bias, 1, 0, dilation, groups)
+    for i, (lo, hi) in enumerate(edges):  # padding past the kernel's reach crops instead
+        if lo < 0 or hi < 0:
+            y = y.narrow(2 + i, max(0, -lo), y.shape[2 + i] - max(0, -lo) - max(0, -hi))
+    return y
+
+
 def _rrelu_training(node) -> bool:  # random slopes: left as it was (and refused)
     import torch
 
@@ -208,7 +236,8 @@ def decompose_unsupported(exported) -> Any:
                                          aten._embedding_bag.default, aten._embedding_bag_forward_only.default)}
     ops.update({op: _adaptive_max_pool for op in (aten.adaptive_max_pool1d.default, aten.adaptive_max_pool2d.default)})
     single = {aten.im2col.default: _im2col, aten._cdist_forward.default: _cdist, aten.cdist.default: _cdist,
-              aten.upsample_trilinear3d.vec: _trilinear, aten.erfinv.default: _erfinv}
+              aten.upsample_trilinear3d.vec: _trilinear, aten.erfinv.default: _erfinv,
+              aten.conv_transpose3d.input: _conv_transpose3d}
     ops.update(single)
     ops[aten.rrelu_with_noise_functional.default] = _rrelu
     single[aten.rrelu.default] = ops[aten.rrelu.default] = _rrelu_plain
