@@ -2,7 +2,8 @@
 from_exported_program as its `custom_convert_map`): `torch.amax`/`amin` (Relax's max/min over the
 same axes), `torch.exp2`, `torch.hypot`, `clamp` of an integer tensor with one bound, ELU's scales
 (`F.selu` was silently wrong), `F.grid_sample`'s grid layout (the output came out in the wrong
-shape) and an integer `//` by a Python int. Operators the importer has no conversion for at all
+shape), an integer `//` by a Python int, and `cumsum`/`cumprod` of bool or narrow integers
+(PyTorch's output is int64; TVM's was the input's dtype: a bool scan failed to build). Operators the importer has no conversion for at all
 are rewritten before it, at the PyTorch level, by tlm.graph.decompose.
 """
 
@@ -70,6 +71,24 @@ def _exp2(node, importer):
     x = importer.env[node.args[0]]
     dtype = _dtype(x)
     return importer.block_builder.emit(relax.op.exp(relax.op.multiply(x, relax.const(math.log(2.0), dtype))))
+
+
+def _scan(op_name: str):
+    """A converter of aten.cumsum / cumprod in the output dtype PyTorch gives: TVM's kept the
+    input's, so the cumulative sum of a bool tensor (transformers' packed-sequence mask, in every
+    causal model called without an attention mask) was a bool scan that LLVM codegen refused; an
+    int32 one would wrap where PyTorch's int64 does not."""
+
+    def convert(node, importer):
+        from tvm import relax
+
+        x = importer.env[node.args[0]]
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        val = node.meta.get("val")
+        out = str(val.dtype).replace("torch.", "") if val is not None else _dtype(x)
+        return importer.block_builder.emit(getattr(relax.op, op_name)(x, dim, None if out == _dtype(x) else out))
+
+    return convert
 
 
 def _elu(node, importer):
@@ -142,4 +161,5 @@ def _div_mode(node, importer):
 # TVM importer's name of an aten operator -> its converter (from_exported_program's custom_convert_map)
 CONVERTERS = {"amax.default": _reduce("max"), "amin.default": _reduce("min"), "exp2.default": _exp2, "elu.default": _elu,
               "hypot.default": _hypot, "grid_sampler_2d.default": _grid_sampler, "div.Tensor_mode": _div_mode,
+              "cumsum.default": _scan("cumsum"), "cumprod.default": _scan("cumprod"),
               **{f"{kind}.default": _int_clamp(kind) for kind in ("clamp", "clamp_min", "clamp_max")}}

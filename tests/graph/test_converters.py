@@ -1,0 +1,29 @@
+"""tlm.graph.converters: operators TVM's PyTorch importer converts wrongly, imported, built and
+checked against PyTorch (tests/graph/test_decompose.py has the earlier ones)."""
+
+import numpy as np
+import pytest
+
+
+@pytest.mark.tvm
+def test_cumsum_and_cumprod_of_bool_and_int32_give_int64():
+    """transformers' causal models called with token ids alone build their mask with a cumsum of
+    a bool tensor: TVM kept the scan in bool and LLVM codegen refused it ("MatchesCode(kDLFloat)")."""
+    import torch
+    import tvm
+    from tvm import relax
+
+    from tlm.graph.importer import import_torch
+
+    class Scans(torch.nn.Module):
+        def forward(self, x):  # x: (2, 40)
+            flags = x > 0
+            small = (x * 3).to(torch.int32)
+            return (flags.cumsum(-1) + small.cumsum(1) + flags.cumprod(1)).float() + x.cumsum(0)
+
+    model, x = Scans().eval(), torch.randn(2, 40, generator=torch.Generator().manual_seed(0))
+    assert model(x).dtype == torch.float32
+    mod = import_torch(model, (x,)).mod
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), model(x).numpy(), rtol=1e-6,
+                               atol=1e-5)
