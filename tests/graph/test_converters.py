@@ -27,3 +27,24 @@ def test_cumsum_and_cumprod_of_bool_and_int32_give_int64():
     vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
     np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), model(x).numpy(), rtol=1e-6,
                                atol=1e-5)
+
+
+@pytest.mark.tvm
+def test_arange_with_a_negative_step():
+    """Relax sized arange(32, -32, -1) as 66 elements (Funnel's relative positions failed to import)."""
+    import torch
+    import tvm
+    from tvm import relax
+
+    from tlm.graph.importer import import_torch
+
+    class Ranges(torch.nn.Module):
+        def forward(self, x):  # x: (64,)
+            return (x + torch.arange(32, -32, -1) + torch.arange(31, -33, -1).float() * 0.5
+                    + torch.arange(10.0, -2.8, -0.2)[:64] + torch.arange(0, 128, 2))
+
+    model, x = Ranges().eval(), torch.randn(64, generator=torch.Generator().manual_seed(0))
+    mod = import_torch(model, (x,)).mod
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), model(x).numpy(), rtol=1e-6,
+                               atol=1e-5)

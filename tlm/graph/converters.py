@@ -3,7 +3,8 @@ from_exported_program as its `custom_convert_map`): `torch.amax`/`amin` (Relax's
 same axes), `torch.exp2`, `torch.hypot`, `clamp` of an integer tensor with one bound, ELU's scales
 (`F.selu` was silently wrong), `F.grid_sample`'s grid layout (the output came out in the wrong
 shape), an integer `//` by a Python int, and `cumsum`/`cumprod` of bool or narrow integers
-(PyTorch's output is int64; TVM's was the input's dtype: a bool scan failed to build). Operators the importer has no conversion for at all
+(PyTorch's output is int64; TVM's was the input's dtype: a bool scan failed to build), and
+`arange` with a negative step (sized wrongly). Operators the importer has no conversion for at all
 are rewritten before it, at the PyTorch level, by tlm.graph.decompose.
 """
 
@@ -91,6 +92,24 @@ def _scan(op_name: str):
     return convert
 
 
+def _arange(node, importer):
+    """aten.arange with a negative step: Relax sized it as if the step were positive (arange(32,
+    -32, -1) had 66 elements, so Funnel's relative positions failed to import), so such a range is
+    start + step * arange(n) with PyTorch's n = ceil((end - start) / step); others as TVM does."""
+    from tvm import relax
+
+    start, end, step = (list(node.args) + [None, None, None])[:3] if len(node.args) == 3 else (None, None, None)
+    if not all(isinstance(v, (int, float)) for v in (start, end, step)) or step >= 0:
+        return importer._arange(node)
+    val = node.meta.get("val")
+    dtype = str(val.dtype).replace("torch.", "") if val is not None else (
+        "float32" if any(isinstance(v, float) for v in (start, end, step)) else "int64")
+    n = max(0, math.ceil((end - start) / step))
+    i = relax.op.arange(0, n, 1, dtype=dtype)
+    return importer.block_builder.emit(relax.op.add(relax.op.multiply(i, relax.const(step, dtype)),
+                                                    relax.const(start, dtype)))
+
+
 def _elu(node, importer):
     """aten.elu(x, alpha, scale, input_scale) = scale * (x if x > 0 else alpha * (exp(input_scale * x) - 1)).
     TVM's converter reads alpha only: `F.selu` (which torch decomposes to an elu with scale 1.0507)
@@ -161,5 +180,5 @@ def _div_mode(node, importer):
 # TVM importer's name of an aten operator -> its converter (from_exported_program's custom_convert_map)
 CONVERTERS = {"amax.default": _reduce("max"), "amin.default": _reduce("min"), "exp2.default": _exp2, "elu.default": _elu,
               "hypot.default": _hypot, "grid_sampler_2d.default": _grid_sampler, "div.Tensor_mode": _div_mode,
-              "cumsum.default": _scan("cumsum"), "cumprod.default": _scan("cumprod"),
+              "cumsum.default": _scan("cumsum"), "arange.start_step": _arange, "cumprod.default": _scan("cumprod"),
               **{f"{kind}.default": _int_clamp(kind) for kind in ("clamp", "clamp_min", "clamp_max")}}
