@@ -109,3 +109,47 @@ def test_tvm_default_threads_is_half_the_logical_cpus_on_x86(monkeypatch):
     assert target.tvm_default_threads() == 1
     monkeypatch.setattr(platform, "machine", lambda: "aarch64")
     assert target.tvm_default_threads() == 2
+
+
+# An EfficientNet program (depthwise conv + batch norm + SiLU, NHWC 1x32x32x8) that TVM 0.27's
+# TIR common-subexpression elimination miscompiled: 4091 of its 8192 outputs wrong.
+_CSE_SENTENCE = ("space 3 1 tile group_conv2d_nhwc 0 1 1 1 1 1 tile group_conv2d_nhwc 1 32 1 2 4 4 tile group_conv2d_nhwc"
+                 " 2 32 1 8 1 4 tile group_conv2d_nhwc 3 8 1 1 1 8 tile group_conv2d_nhwc 4 3 1 3 tile "
+                 "group_conv2d_nhwc 5 3 1 3 tile group_conv2d_nhwc 6 1 1 1 cat unroll_explicit 16 loc pad_temp inline")
+
+
+@pytest.mark.tvm
+def test_builds_leave_out_tvms_tir_cse_which_miscompiled_a_program():
+    """tlm.graph.target.BUILD_CONFIG: the measurer's build (tlm.measure.workers.build_in_worker)
+    of that program matches its task's untuned program."""
+    import numpy as np
+    import torch
+    import tvm
+
+    from tlm.graph.extract import extract_tasks
+    from tlm.measure.reference import fast_reference
+    from tlm.measure.workers import build_in_worker
+    from tlm.space.language import parse, prompt_tokens
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
+            self.bn = torch.nn.BatchNorm2d(8)
+
+        def forward(self, x):
+            return torch.nn.functional.silu(self.bn(self.conv(x)))
+
+    target = resolve_target({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
+    tasks = extract_tasks(Block().eval(), (torch.randn(1, 8, 32, 32),), target)
+    (task,) = [t for t in tasks if "conv2d" in t.name and "sigmoid" in t.name]
+    prog = parse(" ".join(prompt_tokens(task, target)) + " " + _CSE_SENTENCE, task, target)
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(a["shape"]).astype(a["dtype"]) for a in task.args]
+    inputs[3] = np.abs(inputs[3]) + 0.5  # the batch norm's divisor
+    outs = []
+    for lib in (build_in_worker(prog.sch.mod, target.tvm(), None), tvm.compile(fast_reference(task.mod), target="llvm")):
+        tensors = [tvm.runtime.tensor(x.copy()) for x in inputs]
+        lib["main"](*tensors)
+        outs.append(tensors[-1].numpy())
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-4, atol=1e-4)

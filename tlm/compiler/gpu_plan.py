@@ -38,7 +38,7 @@ from typing import Any
 
 from tlm.compiler.plan_walk import LARGE_BYTES, run_steps, vm_output, walked
 from tlm.errors import TlmError, quiet_stderr
-from tlm.graph.target import resolve_target
+from tlm.graph.target import build_context, resolve_target
 from tlm.measure.cuda_plan import DATA_FILE, EXPECTED_FILE, PLAN_FILE, PLAN_VERSION
 
 __all__ = ["LARGE_BYTES", "MAX_PLAN_BYTES", "Plan", "build_plan", "run_plan_cpu", "write_plan", "summary"]
@@ -128,7 +128,8 @@ def build_plan(source, target: str = "h100", db: str | None = None, out: str | P
     else:
         funcs = {name: mod[name].with_attr("global_symbol", name) for name in used}
         with quiet_stderr():
-            lib = tvm.compile(tvm.IRModule(funcs), target=info.tvm())
+            with build_context():
+                lib = tvm.compile(tvm.IRModule(funcs), target=info.tvm())
             expected = vm_output(mod, w, exact, info)
         functions = {name: {"schedule": how[name]} for name in used}
     sampled, scale = expected.nbytes > FULL_EXPECTED_BYTES, float(np.max(np.abs(expected), initial=0.0))

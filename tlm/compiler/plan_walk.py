@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tlm.errors import TlmError, quiet_stderr
-from tlm.graph.target import TargetInfo
+from tlm.graph.target import TargetInfo, build_context
 from tlm.measure.cuda_plan import host_array
 
 LARGE_BYTES = 64 * 1024  # a float constant over this is regenerated from a seed, not carried
@@ -55,7 +55,7 @@ def lower_to_calls(mod, info: TargetInfo, msdb=None, lowered: dict[str, Any] | N
                 if isinstance(f, PrimFunc) and f.attrs is not None and bool(f.attrs.get("tirx.is_scheduled", False))}
 
     tgt = info.tvm()
-    with tgt, msdb if msdb is not None else contextlib.nullcontext(), tvm.transform.PassContext(opt_level=3):
+    with tgt, msdb if msdb is not None else contextlib.nullcontext(), build_context(3):
         mod = tvm.transform.Sequential(fuse_passes(tgt))(mod)
         before, pre = scheduled(mod), mod
         if msdb is not None:  # as tlm.compiler.build_relax applies them
@@ -224,7 +224,7 @@ def vm_output(mod, w: Walk, exact: dict[str, Any], info: TargetInfo):
     lower = [t.RemovePurityChecking(), t.CallTIRRewrite(), t.StaticPlanBlockMemory(), t.LowerAllocTensor(),
              t.KillAfterLastUse(), t.LowerRuntimeBuiltin(), t.ComputePrimValue(), t.VMShapeLower(), t.AttachGlobalSymbol()]
     tgt = info.tvm()
-    with tgt, tvm.transform.PassContext(opt_level=3):
+    with tgt, build_context(3):
         ex = relax.build(with_constants(mod, w, exact), target=tgt, relax_pipeline=tvm.transform.Sequential(lower))
     vm = relax.VirtualMachine(ex, tvm.cpu())
     args = [tvm.runtime.tensor(np.ascontiguousarray(host_array(b, exact)), tvm.cpu())

@@ -144,6 +144,25 @@ def runtime_threads() -> int:
     return int(tvm.runtime.num_threads())
 
 
+# TVM 0.27's TIR common-subexpression elimination (tirx.transform.CommonSubexprElim, rewritten
+# in 2026) miscompiles some vectorized programs: an EfficientNet depthwise conv with its BN and
+# SiLU inlined and a per-channel gather in the vectorized epilogue gave 4091 of 8192 outputs wrong
+# with it and none without (tests/graph/test_target.py keeps that program). Every build tlm makes
+# (measurements, references, whole models, GPU code) leaves it out; LLVM's own GVN and NVCC do
+# the same job on the code they get.
+BUILD_CONFIG = {"tirx.disable_cse_tir": True}
+
+
+def build_context(opt_level: int | None = None):
+    """The PassContext every tlm build runs in: BUILD_CONFIG at `opt_level` (default: the current
+    context's, so a build keeps the optimization level it had)."""
+    import tvm
+
+    current = tvm.transform.PassContext.current()
+    level = current.opt_level if opt_level is None else opt_level
+    return tvm.transform.PassContext(opt_level=level, config={**dict(current.config), **BUILD_CONFIG})
+
+
 # Feature flags worth a prompt word: what changes the code LLVM emits for tensor programs (vector
 # width, FMA, int8/bf16 dot products, matrix units). A short fixed list, so an unseen CPU of a
 # known family shares its words with a seen one.

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tlm.errors import first_line
-from tlm.graph.target import TargetInfo
+from tlm.graph.target import TargetInfo, build_context
 
 _ARR_DATA = 1  # tvm_struct_get field of a DLTensor's data pointer (kArrData)
 _ARG_VALUE = 15  # tvm_struct_get field of a packed argument's value (kTVMFFIAnyUnionValue)
@@ -196,7 +196,7 @@ def lower_cuda(mod, target: TargetInfo) -> CudaProgram:
         tgt = target.tvm().with_host("llvm")
         mod = tvm.tirx.transform.BindTarget(tgt)(mod)
         pipeline, _, finalize_device = tvm.tirx.get_default_tir_pipeline(tgt)
-        with tvm.transform.PassContext(opt_level=3):
+        with build_context(3):  # without TVM's TIR CSE (tlm.graph.target.BUILD_CONFIG)
             host, devices = split_host_device_mods(pipeline(mod))
             if len(devices) != 1:
                 return CudaProgram(error=f"expected one CUDA module, got {len(devices)}")

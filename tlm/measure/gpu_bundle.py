@@ -134,12 +134,13 @@ def cpu_check(task: Task, seed: int, path: Path) -> dict[str, Any]:
     import numpy as np
     import tvm
 
-    from tlm.graph.target import host_target
+    from tlm.graph.target import build_context, host_target
     from tlm.measure.cuda_measure import make_inputs
     from tlm.measure.reference import fast_reference
 
     inputs = make_inputs(task.args, seed)
-    lib = tvm.compile(fast_reference(tvm.ir.load_json(task.mod_json)), target=host_target().tvm())
+    with build_context():
+        lib = tvm.compile(fast_reference(tvm.ir.load_json(task.mod_json)), target=host_target().tvm())
     dev = tvm.cpu()
     tensors = [tvm.runtime.tensor(x, dev) for x in inputs]
     lib["main"](*tensors)

@@ -32,6 +32,7 @@ WARM_RUN_BELOW_MS = 20.0  # a program left untimed after a shorter checked run g
 # ---------------------------------------------------------------- worker-side functions
 def build_in_worker(mod, target, _params):
     """MetaSchedule's default build, minus the slow import of every tensor intrinsic."""
+    from tlm.graph.target import build_context
     from tlm.space.intrin import light_tensor_intrin
 
     light_tensor_intrin()
@@ -46,7 +47,8 @@ def build_in_worker(mod, target, _params):
     if not tvm_ffi.structural_equal(timed, mod):
         check = mod["main"].with_attr("global_symbol", CHECK_FUNC)
         timed = tvm.IRModule({"main": timed["main"], CHECK_FUNC: check})
-    return tvm_build(timed, target=target)
+    with build_context():  # without TVM's TIR CSE (tlm.graph.target.BUILD_CONFIG)
+        return tvm_build(timed, target=target)
 
 
 def export_shared_in_worker(rt_mod) -> str:
@@ -67,11 +69,12 @@ def reference_in_worker(mod, args_info: list, path: str) -> str:
     import numpy as np
     import tvm
 
-    from tlm.graph.target import host_target
+    from tlm.graph.target import build_context, host_target
     from tlm.measure.reference import fast_reference
 
     inputs = make_inputs(args_info)
-    lib = tvm.compile(fast_reference(mod), target=host_target().tvm())
+    with build_context():
+        lib = tvm.compile(fast_reference(mod), target=host_target().tvm())
     dev = tvm.cpu()
     tensors = [tvm.runtime.tensor(x, dev) for x in inputs]
     lib["main"](*tensors)
