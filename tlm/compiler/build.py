@@ -222,6 +222,7 @@ def build_relax(msdb, mod, target, fast_math: bool = True, prepack: bool | froze
     from tvm.relax.transform import MetaScheduleApplyDatabase
 
     from tlm.compiler.pack import COMPILE_PACK_OPS, pack_records
+    from tlm.graph.target import build_context
     from tlm.graph.passes import PREPACK_OPS, fuse_passes, prepack_fold
 
     tvm_target = target.tvm()
@@ -247,7 +248,7 @@ def build_relax(msdb, mod, target, fast_math: bool = True, prepack: bool | froze
             mod = tvm.transform.Sequential(prepack_fold())(mod)
         return tvm.transform.Sequential(lower)(mod)
 
-    with tvm_target, msdb, tvm.transform.PassContext(opt_level=3):
+    with tvm_target, msdb, build_context(3):  # without TVM's TIR CSE (tlm.graph.target.BUILD_CONFIG)
         return relax.build(mod, target=tvm_target, relax_pipeline=_pipeline)
 
 
@@ -256,10 +257,7 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
     """Compile an `ImportedModel` (tlm.graph.extract) with the best records of `db` for `target`."""
     import numpy as np
     import tvm
-    from tvm import relax
 
-    from tlm.errors import interrupted, quiet_stderr
-    from tlm.graph.diagnose import BUILD, RUN, explain
     from tlm.graph.extract import extract_from_relax
     from tlm.graph.target import physical_cores, resolve_target, runtime_threads
     from tlm.measure.database import open_db
@@ -278,42 +276,20 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
 
             final = cold_pick(database, tasks, info, picks, info.cores, ColdPickConfig(top=cfg.cold_pick))
         changed = {h: p.record for h, p in final.items() if p.changed}
-        # [(MetaSchedule view, rows)]: the records' own pick, and the final pick's where it changed any
-        variants = [compile_database(database, tasks, info, picks, None if changed else final)]
-        if changed:
-            variants.append(compile_database(database, tasks, info, {**picks, **changed}, final))
+        variants = _variants(database, tasks, info, picks, final)
     finally:
         database.close()
     artifact = output or os.path.join(tempfile.mkdtemp(prefix="tlm-model-"), "model.so")
     os.makedirs(os.path.dirname(os.path.abspath(artifact)), exist_ok=True)
     alt = os.path.splitext(artifact)[0] + ".final-pick.so"  # the final pick's build, until it wins
     dev = tvm.cpu()
-    built = []  # (vm, output, rows)
-    for i, (msdb, rows) in enumerate(variants):
-        path = artifact if i == 0 else alt
-        try:  # one line naming the stage and the operator (tlm.graph.diagnose), never TVM's last line
-            with quiet_stderr():
-                ex = build_relax(msdb, imported.mod, info, cfg.fast_math, cfg.prepack, cfg.pack_convs)
-        except Exception as err:
-            if interrupted():
-                raise
-            raise TlmError(explain(err, "whole-model build", BUILD, imported.mod, info)) from None
-        try:
-            ex.export_library(path)
-        except Exception as err:
-            if interrupted():
-                raise
-            raise TlmError(explain(err, f"saving the compiled model to {path}", BUILD)) from None
-        try:
-            vm = relax.VirtualMachine(tvm.runtime.load_module(path), dev)  # check the saved artifact
-            got = _out_numpy(vm["main"](*to_tvm(imported.inputs)))
-        except Exception as err:
-            if interrupted():
-                raise
-            raise TlmError(explain(err, f"running the compiled model {path}", RUN)) from None
-        built.append((vm, got, rows))
+    built = _build_variants(variants, imported, info, cfg, artifact, alt)
     want = np.asarray(imported.reference(imported.inputs))  # after the builds: a failing build says so first
     tolerance = cfg.atol + cfg.rtol * float(np.max(np.abs(want)))
+    if _max_abs_diff(built[0][1], want) > tolerance and any(r["status"] == "greedy" for r in built[0][2]):
+        variants = _recheck(db, tasks, info, picks, final)  # an unmeasured program may be the wrong one
+        if variants:
+            built = _build_variants(variants, imported, info, cfg, artifact, alt)
     args = [tvm.runtime.tensor(np.ascontiguousarray(x), dev) for x in imported.inputs]
     final_pick = final and {"timed": [t.name for t in tasks if t.hash in final],
                             "changed": [t.name for t in tasks if t.hash in changed]}
@@ -359,3 +335,73 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
         except Exception as err:  # a comparison that cannot run is reported, not fatal
             model.onnxruntime_note = f"{type(err).__name__}: {str(err).strip()[:200]}"
     return model
+
+
+def _variants(database, tasks, info, picks: dict[str, Any], final: dict[str, Any]) -> list[tuple]:
+    """[(MetaSchedule view, rows)]: the records' own pick, and the final pick's where it changed any."""
+    changed = {h: p.record for h, p in final.items() if p.changed}
+    variants = [compile_database(database, tasks, info, picks, None if changed else final)]
+    if changed:
+        variants.append(compile_database(database, tasks, info, {**picks, **changed}, final))
+    return variants
+
+
+def _build_variants(variants, imported, info, cfg: CompileConfig, artifact: str, alt: str) -> list[tuple]:
+    """[(vm, output, rows)] of each (MetaSchedule view, rows) built, saved (the first to `artifact`,
+    a second to `alt`), loaded back and run on the example inputs."""
+    import tvm
+    from tvm import relax
+
+    from tlm.errors import interrupted, quiet_stderr
+    from tlm.graph.diagnose import BUILD, RUN, explain
+
+    dev = tvm.cpu()
+    built = []
+    for i, (msdb, rows) in enumerate(variants):
+        path = artifact if i == 0 else alt
+        try:  # one line naming the stage and the operator (tlm.graph.diagnose), never TVM's last line
+            with quiet_stderr():
+                ex = build_relax(msdb, imported.mod, info, cfg.fast_math, cfg.prepack, cfg.pack_convs)
+        except Exception as err:
+            if interrupted():
+                raise
+            raise TlmError(explain(err, "whole-model build", BUILD, imported.mod, info)) from None
+        try:
+            ex.export_library(path)
+        except Exception as err:
+            if interrupted():
+                raise
+            raise TlmError(explain(err, f"saving the compiled model to {path}", BUILD)) from None
+        try:
+            vm = relax.VirtualMachine(tvm.runtime.load_module(path), dev)  # check the saved artifact
+            got = _out_numpy(vm["main"](*to_tvm(imported.inputs)))
+        except Exception as err:
+            if interrupted():
+                raise
+            raise TlmError(explain(err, f"running the compiled model {path}", RUN)) from None
+        built.append((vm, got, rows))
+    return built
+
+
+def _recheck(db: str, tasks, info, picks: dict[str, Any], final: dict[str, Any]) -> list | None:
+    """The whole model did not match: run its applied greedy programs checked (tlm.compiler.recheck);
+    the variants to build again where wrong ones were replaced, else None (said either way)."""
+    from tlm.compiler.recheck import recheck_greedy
+    from tlm.measure.database import open_db
+
+    database = open_db(db, create=False)
+    try:
+        fix = recheck_greedy(database, tasks, info, picks)
+        if not fix.wrong:
+            warnings.warn(f"the model does not match its reference, and none of its {fix.checked} unmeasured "
+                          "programs is wrong on its own", stacklevel=3)
+            return None
+        picks.update(fix.picks)
+        variants = _variants(database, tasks, info, picks, final)
+    finally:
+        database.close()
+    warnings.warn(f"{len(fix.wrong)} unmeasured program(s) gave wrong outputs when run alone and were replaced "
+                  f"(the task's next program, or TVM's default schedule), the model built again: "
+                  + "; ".join(fix.wrong[:3]) + (f" and {len(fix.wrong) - 3} more" if len(fix.wrong) > 3 else ""),
+                  stacklevel=3)
+    return variants
