@@ -48,3 +48,34 @@ def test_arange_with_a_negative_step():
     vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
     np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), model(x).numpy(), rtol=1e-6,
                                atol=1e-5)
+
+
+@pytest.mark.tvm
+def test_index_add_and_index_put_of_whole_rows():
+    """x.index_add_(0, idx, rows) (graph networks' message passing) and x[idx] = rows were refused:
+    TVM's importer wanted one index tensor per dim. Duplicate indices add up, as in PyTorch."""
+    import torch
+    import tvm
+    from tvm import relax
+
+    from tlm.graph.importer import import_torch
+
+    class Scatter(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            gen = torch.Generator().manual_seed(1)
+            self.register_buffer("dst", torch.randint(0, 12, (40,), generator=gen))  # with duplicates
+            self.register_buffer("rows", torch.randperm(12, generator=gen)[:5])
+
+        def forward(self, x):  # x: (12, 6)
+            msg = x.index_select(0, self.dst.flip(0))
+            summed = torch.zeros_like(x).index_add_(0, self.dst, msg)
+            placed = x.clone()
+            placed[self.rows] = x[self.rows] * 2
+            return summed + placed
+
+    model, x = Scatter().eval(), torch.randn(12, 6, generator=torch.Generator().manual_seed(0))
+    mod = import_torch(model, (x,)).mod
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), model(x).numpy(), rtol=1e-5,
+                               atol=1e-5)

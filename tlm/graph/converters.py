@@ -3,8 +3,9 @@ from_exported_program as its `custom_convert_map`): `torch.amax`/`amin` (Relax's
 same axes), `torch.exp2`, `torch.hypot`, `clamp` of an integer tensor with one bound, ELU's scales
 (`F.selu` was silently wrong), `F.grid_sample`'s grid layout (the output came out in the wrong
 shape), an integer `//` by a Python int, and `cumsum`/`cumprod` of bool or narrow integers
-(PyTorch's output is int64; TVM's was the input's dtype: a bool scan failed to build), and
-`arange` with a negative step (sized wrongly). Operators the importer has no conversion for at all
+(PyTorch's output is int64; TVM's was the input's dtype: a bool scan failed to build), ,
+`arange` with a negative step (sized wrongly), and `index_put` / `index_add_` of whole rows
+(refused). Operators the importer has no conversion for at all
 are rewritten before it, at the PyTorch level, by tlm.graph.decompose.
 """
 
@@ -110,6 +111,31 @@ def _arange(node, importer):
                                                     relax.const(start, dtype)))
 
 
+def _index_put(node, importer):
+    """aten.index_put(_) with one 1-D index tensor for the first of several dims (`x.index_add_(0,
+    idx, rows)`, `x[idx] += rows`: message passing in graph networks), which TVM's importer refused
+    (it wants one index tensor per dim): a scatter of whole rows, the index broadcast over the
+    rows' other dims; adding where `accumulate` (duplicates summed, as PyTorch does). Others as
+    TVM does."""
+    from tvm import relax
+
+    data, indices = importer.env[node.args[0]], node.args[1]
+    accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
+    ndim = len(data.ty.shape) if getattr(data.ty, "shape", None) is not None else 0
+    if not (isinstance(indices, (list, tuple)) and len(indices) == 1 and indices[0] is not None and ndim >= 2):
+        return importer._index_put(node)
+    idx, values = importer.env[indices[0]], importer.env[node.args[2]]
+    if len(idx.ty.shape) != 1:
+        return importer._index_put(node)
+    rows = [int(d) for d in values.ty.shape]
+    if len(rows) != ndim:  # values broadcast to (n, *data.shape[1:]) first
+        rows = [int(idx.ty.shape[0])] + [int(d) for d in data.ty.shape[1:]]
+        values = importer.block_builder.emit(relax.op.broadcast_to(values, rows))
+    bb = importer.block_builder
+    where = bb.emit(relax.op.broadcast_to(relax.op.reshape(idx, [rows[0]] + [1] * (ndim - 1)), rows))
+    return bb.emit(relax.op.scatter_elements(data, where, values, 0, "add" if accumulate else "update"))
+
+
 def _elu(node, importer):
     """aten.elu(x, alpha, scale, input_scale) = scale * (x if x > 0 else alpha * (exp(input_scale * x) - 1)).
     TVM's converter reads alpha only: `F.selu` (which torch decomposes to an elu with scale 1.0507)
@@ -180,5 +206,6 @@ def _div_mode(node, importer):
 # TVM importer's name of an aten operator -> its converter (from_exported_program's custom_convert_map)
 CONVERTERS = {"amax.default": _reduce("max"), "amin.default": _reduce("min"), "exp2.default": _exp2, "elu.default": _elu,
               "hypot.default": _hypot, "grid_sampler_2d.default": _grid_sampler, "div.Tensor_mode": _div_mode,
-              "cumsum.default": _scan("cumsum"), "arange.start_step": _arange, "cumprod.default": _scan("cumprod"),
+              "cumsum.default": _scan("cumsum"), "arange.start_step": _arange,
+              "index_put.default": _index_put, "index_put_.default": _index_put, "cumprod.default": _scan("cumprod"),
               **{f"{kind}.default": _int_clamp(kind) for kind in ("clamp", "clamp_min", "clamp_max")}}
