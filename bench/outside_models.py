@@ -19,9 +19,11 @@ import torch
 try:
     import outside_ops as ops
     import outside_plain as plain
+    import outside_plain_b as plain_b
 except ImportError:  # imported as bench.outside_models
     from bench import outside_ops as ops
     from bench import outside_plain as plain
+    from bench import outside_plain_b as plain_b
 
 
 @dataclass(frozen=True)
@@ -34,8 +36,9 @@ class Entry:
 
 class HFWrapper(torch.nn.Module):
     """A Hugging Face model whose forward returns one tensor (`field` of its output). `causal_seq`:
-    passes an explicit additive 4-D causal mask (transformers' own causal-mask graph breaks LLVM
-    codegen) and, with `position_ids`, fixed position ids (OPT would derive them with cumsum)."""
+    passes an explicit additive 4-D causal mask (transformers' own causal-mask graph failed to
+    build until tlm.graph.converters' cumsum; `llama_own_mask` calls a model with token ids alone, as
+    a user does) and, with `position_ids`, fixed position ids (OPT would derive them with cumsum)."""
 
     def __init__(self, model, field: str, causal_seq: int = 0, position_ids: bool = False):
         super().__init__()
@@ -64,10 +67,11 @@ def _image(size: int):
 
 
 def _hf(cls_name: str, cfg_name: str, field: str, inputs: Callable[[], tuple], reset: bool = False,
-        causal_seq: int = 0, position_ids: bool = False, encoder: bool = False, **cfg):
+        causal_seq: int = 0, position_ids: bool = False, encoder: bool = False, calibrate: bool = False, **cfg):
     """make() for a transformers model built from `cfg_name(**cfg)`. `reset`: PyTorch's default init
     for Conv/Linear/BatchNorm, He init for Conv2d (HF's N(0, 0.02) makes deep CNN outputs vanish); `encoder`: the model's
-    encoder."""
+    encoder; `calibrate`: batch-norm statistics from one forward on the inputs (as training leaves
+    them), where fixed ones make a deep CNN's outputs vanish whatever the weights."""
 
     def make():
         import transformers
@@ -83,7 +87,14 @@ def _hf(cls_name: str, cfg_name: str, field: str, inputs: Callable[[], tuple], r
                     module.reset_parameters()
                 if isinstance(module, torch.nn.Conv2d):  # He init: activations neither vanish nor explode
                     torch.nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
-        return HFWrapper(model, field, causal_seq, position_ids).eval(), inputs()
+        wrapped, x = HFWrapper(model, field, causal_seq, position_ids), inputs()
+        if calibrate:
+            for module in model.modules():
+                if isinstance(module, torch.nn.BatchNorm2d):
+                    module.momentum = None  # a cumulative average: one batch's statistics
+            with torch.no_grad():
+                wrapped.train()(*x)
+        return wrapped.eval(), x
 
     return make
 
@@ -248,6 +259,105 @@ _ENTRIES = [
           _plain(plain.EmbeddingBagModel, 1, 64, ids=1000)),
     Entry("tcn", "plain", "temporal conv net, (1, 16, 256), causal dilated Conv1d residual blocks, dilations "
           "1/2/4/8", _plain(plain.TCN, 1, 16, 256)),
+    # ------------------------------------------------- second batch (2026-12-02): vision
+    Entry("beit", "vision", "transformers BeitModel, 64x64, patch 8, hidden 64, 2 layers, 2 heads, relative "
+          "position bias, layer scale, mean pooling",
+          _vision("BeitModel", "BeitConfig", 64, image_size=64, patch_size=8, hidden_size=64, num_hidden_layers=2,
+                  num_attention_heads=2, intermediate_size=128, use_relative_position_bias=True,
+                  use_mean_pooling=True)),
+    Entry("levit", "vision", "transformers LevitModel, 64x64, hidden [32,48,64], heads [1,2,2], depths [1,1,1], "
+          "attention biases, hardswish, BN after every Linear",
+          _vision("LevitModel", "LevitConfig", 64, image_size=64, hidden_sizes=[32, 48, 64],
+                  num_attention_heads=[1, 2, 2], depths=[1, 1, 1], key_dim=[8, 8, 8], reset=True)),
+    Entry("efficientnet", "vision", "transformers EfficientNetModel, 64x64, width 0.25, depth 0.3, SE, SiLU, "
+          "TF 'same' padding, batch-norm statistics from the input",
+          _vision("EfficientNetModel", "EfficientNetConfig", 64, image_size=64, width_coefficient=0.25,
+                  depth_coefficient=0.3, hidden_dim=320, reset=True,
+                  calibrate=True)),
+    Entry("convnextv2", "vision", "transformers ConvNextV2Model, 64x64, hidden [24,48,96], depths [1,1,1], "
+          "global response norm",
+          _vision("ConvNextV2Model", "ConvNextV2Config", 64, image_size=64, num_stages=3, hidden_sizes=[24, 48, 96],
+                  depths=[1, 1, 1], reset=True)),
+    Entry("clip_vision", "vision", "transformers CLIPVisionModel, 64x64, patch 8, hidden 64, 2 layers, quick GELU",
+          _vision("CLIPVisionModel", "CLIPVisionConfig", 64, image_size=64, patch_size=8, hidden_size=64,
+                  num_hidden_layers=2, num_attention_heads=2, intermediate_size=128)),
+    Entry("mobilenet_v2_tf", "vision", "transformers MobileNetV2Model, 64x64, depth 0.35, TF padding "
+          "(computed per layer), ReLU6",
+          _vision("MobileNetV2Model", "MobileNetV2Config", 64, image_size=64, depth_multiplier=0.35,
+                  tf_padding=True, reset=True)),
+    Entry("bit", "vision", "transformers BitModel, 64x64, hidden [32,64], depths [1,1], weight-standardized "
+          "convs (the weights normalised in the forward), group norm",
+          _vision("BitModel", "BitConfig", 64, embedding_size=16, hidden_sizes=[32, 64], depths=[1, 1],
+                  num_groups=8, layer_type="bottleneck", reset=True)),
+    Entry("swinv2", "vision", "transformers Swinv2Model, 64x64, patch 4, embed 32, depths [2,2], heads [2,4], "
+          "window 4, cosine attention, log-spaced position MLP",
+          _vision("Swinv2Model", "Swinv2Config", 64, image_size=64, patch_size=4, embed_dim=32, depths=[2, 2],
+                  num_heads=[2, 4], window_size=4)),
+    # ------------------------------------------------------- second batch: audio and text
+    Entry("wavlm", "audio", "transformers WavLMModel, 0.5 s at 16 kHz, conv1d features, gated relative "
+          "position bias, hidden 64, 2 layers",
+          _audio("WavLMModel", "WavLMConfig", (1, 8000), **_W2V_CONV, **_AUDIO_TF)),
+    Entry("llama", "text", "transformers LlamaModel (causal, RoPE, RMSNorm, SwiGLU, GQA 4q/2kv), 40 tokens, "
+          "hidden 64, ffn 176, 2 layers",
+          _text("LlamaModel", "LlamaConfig", 40, causal=True, hidden_size=64, intermediate_size=176,
+                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)),
+    Entry("llama_own_mask", "text", "transformers LlamaModel as a user calls it: token ids only, the causal "
+          "mask built by transformers inside the graph; 40 tokens, hidden 64, 2 layers",
+          _text("LlamaModel", "LlamaConfig", 40, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)),
+    Entry("bloom", "text", "transformers BloomModel (causal mask and ALiBi built inside), 36 tokens, hidden 64, 2 layers, 4 heads",
+          _text("BloomModel", "BloomConfig", 36, hidden_size=64, n_layer=2, n_head=4)),
+    Entry("gpt_neox", "text", "transformers GPTNeoXModel (causal, partial rotary 0.25, parallel residual), "
+          "48 tokens, hidden 64, 2 layers, 4 heads",
+          _text("GPTNeoXModel", "GPTNeoXConfig", 48, causal=True, hidden_size=64, num_hidden_layers=2,
+                num_attention_heads=4, intermediate_size=256, rotary_pct=0.25, max_position_embeddings=128)),
+    Entry("phi", "text", "transformers PhiModel (causal, partial rotary 0.5, parallel attention and MLP, "
+          "gelu_new), 32 tokens, hidden 64, 2 layers",
+          _text("PhiModel", "PhiConfig", 32, causal=True, hidden_size=64, intermediate_size=128,
+                num_hidden_layers=2, num_attention_heads=4, partial_rotary_factor=0.5, max_position_embeddings=128)),
+    Entry("gemma", "text", "transformers GemmaModel (causal, RMSNorm 1+w, GeGLU tanh, embeddings scaled, "
+          "MQA), 32 tokens, hidden 64, 2 layers",
+          _text("GemmaModel", "GemmaConfig", 32, causal=True, hidden_size=64, intermediate_size=128,
+                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+                max_position_embeddings=128)),
+    Entry("bart", "text", "transformers BartModel (encoder-decoder; decoder ids the shifted input, cross "
+          "attention), 32 tokens, d_model 64, 1+1 layers",
+          _text("BartModel", "BartConfig", 32, d_model=64, encoder_layers=1, decoder_layers=1,
+                encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=128, decoder_ffn_dim=128,
+                max_position_embeddings=64)),
+    Entry("squeezebert", "text", "transformers SqueezeBertModel (grouped Conv1d projections), 32 tokens, "
+          "hidden 64, 2 layers",
+          _text("SqueezeBertModel", "SqueezeBertConfig", 32, hidden_size=64, embedding_size=64,
+                num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, q_groups=2, k_groups=2,
+                v_groups=2, post_attention_groups=2, intermediate_groups=2, output_groups=2)),
+    Entry("funnel", "text", "transformers FunnelBaseModel (sequence pooled between blocks, relative "
+          "attention), 32 tokens, d_model 64, blocks [1,1]",
+          _text("FunnelBaseModel", "FunnelConfig", 32, d_model=64, n_head=2, d_head=32, d_inner=128,
+                block_sizes=[1, 1])),
+    Entry("convbert", "text", "transformers ConvBertModel (span-based dynamic convolution), 32 tokens, "
+          "hidden 64, 2 layers",
+          _text("ConvBertModel", "ConvBertConfig", 32, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=128, embedding_size=64)),
+    Entry("mamba", "text", "transformers MambaModel (selective state space, the sequential scan), 16 tokens, "
+          "hidden 32, state 8, 2 layers",
+          _text("MambaModel", "MambaConfig", 16, hidden_size=32, state_size=8, num_hidden_layers=2,
+                expand=2, conv_kernel=4)),
+    Entry("fnet", "text", "transformers FNetModel (Fourier token mixing, torch.fft.fftn), 32 tokens, hidden 64, "
+          "2 layers", _text("FNetModel", "FNetConfig", 32, hidden_size=64, num_hidden_layers=2,
+                            intermediate_size=128, max_position_embeddings=64)),
+    # ----------------------------------------------------------------- second batch: plain
+    Entry("bigru", "plain", "bidirectional nn.GRU, 2 layers, hidden 64, on (1, 30, 40) features + Linear",
+          _plain(plain_b.BiGRU, 1, 30, 40)),
+    Entry("padded_mha", "plain", "nn.MultiheadAttention with a key padding mask computed from the input "
+          "(boolean ops), residual LayerNorm, (1, 32, 64)", _plain(plain_b.PaddedAttention, 1, 32, 64)),
+    Entry("seq2seq", "plain", "nn.Transformer, 1 encoder + 1 decoder layer, d 64, generated causal target mask, "
+          "(1, 40, 64)", _plain(plain_b.Seq2SeqTransformer, 1, 40, 64)),
+    Entry("espcn", "plain", "ESPCN super-resolution, 1x48x48 -> 1x144x144, tanh convs, PixelShuffle x3",
+          _plain(plain_b.ESPCN, 1, 1, 48, 48)),
+    Entry("graph_conv", "plain", "two rounds of message passing on a fixed graph (index_select, index_add_, "
+          "degree normalisation), 60 nodes x 32", _plain(plain_b.GraphConv, 60, 32)),
+    Entry("batched_cnn", "plain", "small CNN at batch 4, channels_last weights, BN, hardswish, log_softmax",
+          _plain(plain_b.BatchedCNN, 4, 3, 48, 48)),
 ] + [Entry(name, "op", desc, lambda name=name: ops.make(name)) for name, (desc, *_) in ops.OPS.items()]
 _BY_NAME = {e.name: e for e in _ENTRIES}
 assert len(_BY_NAME) == len(_ENTRIES)
