@@ -110,6 +110,7 @@ def _uid(db: Database) -> str:
 
 def _versions() -> dict[str, Any]:
     from tlm.graph.extract import EXTRACT_VERSION
+    from tlm.graph.target import BUILD_CONFIG
     from tlm.space.language import SENTENCE_VERSION
 
     try:
@@ -118,7 +119,10 @@ def _versions() -> dict[str, Any]:
         tvm_version = tvm.__version__
     except ImportError:  # pragma: no cover - TVM is a dependency
         tvm_version = None
-    return {"sentence_version": SENTENCE_VERSION, "extract_version": EXTRACT_VERSION, "tvm": tvm_version}
+    # build_config: the PassContext options the programs were built with (none before 2026-12-02,
+    # when TIR CSE was left out: tlm.graph.target.BUILD_CONFIG)
+    return {"sentence_version": SENTENCE_VERSION, "extract_version": EXTRACT_VERSION, "tvm": tvm_version,
+            "build_config": dict(BUILD_CONFIG)}
 
 
 def pending(db: Database) -> int:
