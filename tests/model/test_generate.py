@@ -291,3 +291,26 @@ def test_a_cpu_model_generates_on_one_torch_thread():
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_small_space_stops_after_tries_that_give_nothing_new(gen, host, monkeypatch):
+    """A task of few programs (a chain of activations: 3) asked for more than it has stops after
+    STALE_TRIES tries in a row without a new program, not after 4n + 10 (a GRU's gate tasks made a
+    budget-0 compile 4x slower); the result is the same at any batch size."""
+    from tlm.model import generate
+
+    task = w.elu_chain(2, 1, 4)
+    tries = []
+    real_run = generate.Generator._run
+
+    def counted(self, *args, **kwargs):
+        out = real_run(self, *args, **kwargs)
+        tries.append(len(out))
+        return out
+
+    monkeypatch.setattr(generate.Generator, "_run", counted)
+    n = 40
+    one = gen.generate(task, n, seed=3, batch_size=1)
+    many = gen.generate(task, n, seed=3, batch_size=16)
+    assert 0 < len(one) < n and [g.sentence for g in many] == [g.sentence for g in one]
+    assert tries[0] < 4 * n + 10 and tries[0] <= len(one) * 8 + max(generate.STALE_TRIES, n // 2), tries

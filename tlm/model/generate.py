@@ -30,6 +30,10 @@ from tlm.errors import TlmError, first_line
 from tlm.model.choices import decoder
 
 BATCH_SIZE = 16
+# `generate` stops after this many tries in a row (or n / 2, if more) gave no new program: a task
+# of a small space (a GRU cell's gates: 3 distinct programs in 32 samples) ran all 4n + 10 tries
+# for n it could never fill (bigru's budget-0 compile: 687 of its 851 s).
+STALE_TRIES = 16
 
 
 @dataclass
@@ -294,9 +298,10 @@ class Generator:
         """Up to `n` distinct valid programs of `task` whose sentences are not in `seen`.
 
         Greedy decoding is deterministic, so it gives at most one program (the most likely
-        one under word-by-word argmax). Rejected programs (postprocessor) are retried. Try i
-        samples from its own stream of (seed, i) and the result is the first `n` accepted tries
-        in try order (extra tries run ahead are dropped): the same for any `batch_size`.
+        one under word-by-word argmax). Rejected programs (postprocessor) are retried, up to 4n +
+        10 tries, or until STALE_TRIES (or n / 2) tries in a row gave nothing new. Try i samples
+        from its own stream of (seed, i) and the result is the first `n` accepted tries in try
+        order (extra tries run ahead are dropped): the same for any `batch_size`.
         """
         from tlm.space.design import task_space
 
@@ -306,13 +311,35 @@ class Generator:
         if space.one_program:  # one try gives it (a concatenate, a reshape): not 4n + 10 replays
             max_tries = 1
 
+        stale = max(STALE_TRIES, n // 2)
+
+        def cut(results: dict[int, Generated]) -> int | None:
+            """Tries from this index on are not used: n new programs, or `stale` tries in a row
+            without one, over the tries finished in order from 0 (so the same for any batch size)."""
+            new, fresh, run, i = set(seen), 0, 0, 0
+            while i in results:
+                g = results[i]
+                i += 1
+                if g.error is None and g.sentence not in new:
+                    new.add(g.sentence)
+                    fresh, run = fresh + 1, 0
+                else:
+                    run += 1
+                if fresh >= n or run >= stale:
+                    return i
+            return None
+
         def more(tries: int, running: int, results: dict[int, Generated]) -> bool:
             """Enough tries running to fill the missing programs at the rate tries have given new ones."""
+            if cut(results) is not None:
+                return False
             fresh = len({g.sentence for g in results.values() if g.error is None and g.sentence not in seen})
             return tries < max_tries and running < math.ceil((n - fresh) * (len(results) + 1) / (fresh + 1))
 
         out: list[Generated] = []
-        for g in self._run(task, (greedy, temperature, top_k), _rngs(seed), batch_size, more, space):
+        results = self._run(task, (greedy, temperature, top_k), _rngs(seed), batch_size, more, space)
+        end = cut(dict(enumerate(results)))
+        for g in results[:end]:
             if len(out) < n and g.error is None and g.sentence not in seen:
                 seen.add(g.sentence)
                 out.append(g)
