@@ -5,15 +5,24 @@ import numpy as np
 import pytest
 
 
+def _imports_and_matches(model, x, rtol: float, atol: float) -> None:
+    """`model` imported by tlm, built by TVM and run on `x` gives PyTorch's output."""
+    import tvm
+    from tvm import relax
+
+    from tlm.graph.importer import import_torch
+
+    mod = import_torch(model, (x,)).mod
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), model(x).numpy(), rtol=rtol,
+                               atol=atol)
+
+
 @pytest.mark.tvm
 def test_cumsum_and_cumprod_of_bool_and_int32_give_int64():
     """transformers' causal models called with token ids alone build their mask with a cumsum of
     a bool tensor: TVM kept the scan in bool and LLVM codegen refused it ("MatchesCode(kDLFloat)")."""
     import torch
-    import tvm
-    from tvm import relax
-
-    from tlm.graph.importer import import_torch
 
     class Scans(torch.nn.Module):
         def forward(self, x):  # x: (2, 40)
@@ -23,20 +32,13 @@ def test_cumsum_and_cumprod_of_bool_and_int32_give_int64():
 
     model, x = Scans().eval(), torch.randn(2, 40, generator=torch.Generator().manual_seed(0))
     assert model(x).dtype == torch.float32
-    mod = import_torch(model, (x,)).mod
-    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
-    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), model(x).numpy(), rtol=1e-6,
-                               atol=1e-5)
+    _imports_and_matches(model, x, rtol=1e-6, atol=1e-5)
 
 
 @pytest.mark.tvm
 def test_arange_with_a_negative_step():
     """Relax sized arange(32, -32, -1) as 66 elements (Funnel's relative positions failed to import)."""
     import torch
-    import tvm
-    from tvm import relax
-
-    from tlm.graph.importer import import_torch
 
     class Ranges(torch.nn.Module):
         def forward(self, x):  # x: (64,)
@@ -44,10 +46,7 @@ def test_arange_with_a_negative_step():
                     + torch.arange(10.0, -2.8, -0.2)[:64] + torch.arange(0, 128, 2))
 
     model, x = Ranges().eval(), torch.randn(64, generator=torch.Generator().manual_seed(0))
-    mod = import_torch(model, (x,)).mod
-    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
-    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), model(x).numpy(), rtol=1e-6,
-                               atol=1e-5)
+    _imports_and_matches(model, x, rtol=1e-6, atol=1e-5)
 
 
 @pytest.mark.tvm
@@ -55,10 +54,6 @@ def test_index_add_and_index_put_of_whole_rows():
     """x.index_add_(0, idx, rows) (graph networks' message passing) and x[idx] = rows were refused:
     TVM's importer wanted one index tensor per dim. Duplicate indices add up, as in PyTorch."""
     import torch
-    import tvm
-    from tvm import relax
-
-    from tlm.graph.importer import import_torch
 
     class Scatter(torch.nn.Module):
         def __init__(self):
@@ -75,7 +70,4 @@ def test_index_add_and_index_put_of_whole_rows():
             return summed + placed
 
     model, x = Scatter().eval(), torch.randn(12, 6, generator=torch.Generator().manual_seed(0))
-    mod = import_torch(model, (x,)).mod
-    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
-    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), model(x).numpy(), rtol=1e-5,
-                               atol=1e-5)
+    _imports_and_matches(model, x, rtol=1e-5, atol=1e-5)
