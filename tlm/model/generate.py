@@ -30,7 +30,7 @@ from tlm.errors import TlmError, first_line
 from tlm.model.choices import decoder
 
 BATCH_SIZE = 16
-# `generate` stops after this many tries in a row (or n / 2, if more) gave no new program: a task
+# `generate` stops after this many tries in a row (or n / 2, if more) gave a program it had: a task
 # of a small space (a GRU cell's gates: 3 distinct programs in 32 samples) ran all 4n + 10 tries
 # for n it could never fill (bigru's budget-0 compile: 687 of its 851 s).
 STALE_TRIES = 16
@@ -299,7 +299,7 @@ class Generator:
 
         Greedy decoding is deterministic, so it gives at most one program (the most likely
         one under word-by-word argmax). Rejected programs (postprocessor) are retried, up to 4n +
-        10 tries, or until STALE_TRIES (or n / 2) tries in a row gave nothing new. Try i samples
+        10 tries, or until STALE_TRIES (or n / 2) tries in a row gave programs already had. Try i samples
         from its own stream of (seed, i) and the result is the first `n` accepted tries in try
         order (extra tries run ahead are dropped): the same for any `batch_size`.
         """
@@ -314,8 +314,8 @@ class Generator:
         stale = max(STALE_TRIES, n // 2)
 
         def cut(results: dict[int, Generated]) -> int | None:
-            """Tries from this index on are not used: n new programs, or `stale` tries in a row
-            without one, over the tries finished in order from 0 (so the same for any batch size)."""
+            """Tries from this index on are not used: n new programs, or `stale` programs in a row
+            seen already, over the tries finished in order from 0 (so the same for any batch size)."""
             new, fresh, run, i = set(seen), 0, 0, 0
             while i in results:
                 g = results[i]
@@ -323,7 +323,7 @@ class Generator:
                 if g.error is None and g.sentence not in new:
                     new.add(g.sentence)
                     fresh, run = fresh + 1, 0
-                else:
+                elif g.error is None:  # a program seen already (a rejected one is retried, as before)
                     run += 1
                 if fresh >= n or run >= stale:
                     return i
