@@ -51,8 +51,9 @@ def test_arange_with_a_negative_step():
 
 @pytest.mark.tvm
 def test_index_add_and_index_put_of_whole_rows():
-    """x.index_add_(0, idx, rows) (graph networks' message passing) and x[idx] = rows were refused:
-    TVM's importer wanted one index tensor per dim. Duplicate indices add up, as in PyTorch."""
+    """x.index_add_(0, idx, rows) (graph networks' message passing), x[idx] = rows and x[mask] = v
+    were refused: TVM's importer wanted one integer index tensor per dim. Duplicate indices add up,
+    as in PyTorch."""
     import torch
 
     class Scatter(torch.nn.Module):
@@ -67,7 +68,11 @@ def test_index_add_and_index_put_of_whole_rows():
             summed = torch.zeros_like(x).index_add_(0, self.dst, msg)
             placed = x.clone()
             placed[self.rows] = x[self.rows] * 2
-            return summed + placed
+            masked = x.clone()
+            masked[x[:, 0] > 0] = -1.0
+            col = x[:, 1].clone()
+            col[col < 0] = 0.5
+            return summed + placed + masked + col[:, None]
 
     model, x = Scatter().eval(), torch.randn(12, 6, generator=torch.Generator().manual_seed(0))
     _imports_and_matches(model, x, rtol=1e-5, atol=1e-5)

@@ -115,23 +115,26 @@ def _index_put(node, importer):
     """aten.index_put(_) with one 1-D index tensor for the first of several dims (`x.index_add_(0,
     idx, rows)`, `x[idx] += rows`: message passing in graph networks), which TVM's importer refused
     (it wants one index tensor per dim): a scatter of whole rows, the index broadcast over the
-    rows' other dims; adding where `accumulate` (duplicates summed, as PyTorch does). Others as
-    TVM does."""
+    rows' other dims; adding where `accumulate` (duplicates summed, as PyTorch does). A bool mask
+    of rows set to one value (`x[mask] = 0`) is a select. Others as TVM does."""
     from tvm import relax
 
     data, indices = importer.env[node.args[0]], node.args[1]
     accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
     ndim = len(data.ty.shape) if getattr(data.ty, "shape", None) is not None else 0
-    if not (isinstance(indices, (list, tuple)) and len(indices) == 1 and indices[0] is not None and ndim >= 2):
+    if not (isinstance(indices, (list, tuple)) and len(indices) == 1 and indices[0] is not None and ndim >= 1):
         return importer._index_put(node)
     idx, values = importer.env[indices[0]], importer.env[node.args[2]]
-    if len(idx.ty.shape) != 1:
+    bb = importer.block_builder
+    if len(idx.ty.shape) == 1 and _dtype(idx) == "bool" and not accumulate and len(values.ty.shape) == 0:
+        mask = bb.emit(relax.op.reshape(idx, [int(idx.ty.shape[0])] + [1] * (ndim - 1)))  # x[mask] = v
+        return bb.emit(relax.op.where(mask, relax.op.astype(values, _dtype(data)), data))
+    if len(idx.ty.shape) != 1 or not _dtype(idx).startswith("int") or ndim < 2:
         return importer._index_put(node)
     rows = [int(d) for d in values.ty.shape]
     if len(rows) != ndim:  # values broadcast to (n, *data.shape[1:]) first
         rows = [int(idx.ty.shape[0])] + [int(d) for d in data.ty.shape[1:]]
-        values = importer.block_builder.emit(relax.op.broadcast_to(values, rows))
-    bb = importer.block_builder
+        values = bb.emit(relax.op.broadcast_to(values, rows))
     where = bb.emit(relax.op.broadcast_to(relax.op.reshape(idx, [rows[0]] + [1] * (ndim - 1)), rows))
     return bb.emit(relax.op.scatter_elements(data, where, values, 0, "add" if accumulate else "update"))
 
