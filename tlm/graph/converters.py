@@ -75,6 +75,12 @@ def _exp2(node, importer):
     return importer.block_builder.emit(relax.op.exp(relax.op.multiply(x, relax.const(math.log(2.0), dtype))))
 
 
+def _out_dtype(node, default: str) -> str:
+    """The dtype PyTorch gives the node's output (torch.export's fake value), else `default`."""
+    val = node.meta.get("val")
+    return str(val.dtype).replace("torch.", "") if val is not None else default
+
+
 def _scan(op_name: str):
     """A converter of aten.cumsum / cumprod in the output dtype PyTorch gives: TVM's kept the
     input's, so the cumulative sum of a bool tensor (transformers' packed-sequence mask, in every
@@ -86,8 +92,7 @@ def _scan(op_name: str):
 
         x = importer.env[node.args[0]]
         dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
-        val = node.meta.get("val")
-        out = str(val.dtype).replace("torch.", "") if val is not None else _dtype(x)
+        out = _out_dtype(node, _dtype(x))
         return importer.block_builder.emit(getattr(relax.op, op_name)(x, dim, None if out == _dtype(x) else out))
 
     return convert
@@ -102,9 +107,7 @@ def _arange(node, importer):
     start, end, step = (list(node.args) + [None, None, None])[:3] if len(node.args) == 3 else (None, None, None)
     if not all(isinstance(v, (int, float)) for v in (start, end, step)) or step >= 0:
         return importer._arange(node)
-    val = node.meta.get("val")
-    dtype = str(val.dtype).replace("torch.", "") if val is not None else (
-        "float32" if any(isinstance(v, float) for v in (start, end, step)) else "int64")
+    dtype = _out_dtype(node, "float32" if any(isinstance(v, float) for v in (start, end, step)) else "int64")
     n = max(0, math.ceil((end - start) / step))
     i = relax.op.arange(0, n, 1, dtype=dtype)
     return importer.block_builder.emit(relax.op.add(relax.op.multiply(i, relax.const(step, dtype)),
