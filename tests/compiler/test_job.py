@@ -96,7 +96,8 @@ def test_packed_weights_fold_into_the_compiled_model(tmp_path, host):
     assert any("TransformLayout" in json.dumps(b.trace_json) for b in best)  # a packed program won
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = compile_model(net, inputs, db=db, target=host, config=CompileConfig(repeat=2, min_repeat_ms=5, compare=False))
+        model = compile_model(net, inputs, db=db, target=host,
+                              config=CompileConfig(repeat=2, min_repeat_ms=5, compare=False, cold_pick=0))
     assert model.matches, model.max_abs_diff
     np.testing.assert_allclose(model(inputs[0]), net(inputs[0]).detach().numpy(), rtol=1e-4, atol=1e-5)
 
@@ -295,7 +296,7 @@ def test_conv_weights_are_packed_at_compile_time(tmp_path, host):
         warnings.simplefilter("ignore")
         for pack in (True, False):
             model = compile_model(net, inputs, db=db, target=host,
-                                  config=CompileConfig(repeat=2, min_repeat_ms=5, compare=False, pack_convs=pack))
+                                  config=CompileConfig(repeat=2, min_repeat_ms=5, compare=False, pack_convs=pack, cold_pick=0))
             assert model.matches and model.tuned_tasks == 2, (pack, model.max_abs_diff)
             np.testing.assert_allclose(model(inputs[0]), net(inputs[0]).detach().numpy(), rtol=1e-4, atol=1e-5)
 

@@ -67,7 +67,7 @@ def _compile(name, budget, host, tmp_path):
         warnings.simplefilter("ignore")
         return compile_model(module.eval(), x, db=str(tmp_path / "db"), target=host, budget=budget,
                              model=shipped_model(host), tune_config=tune,
-                             config=CompileConfig(repeat=2, min_repeat_ms=5, compare=False))
+                             config=CompileConfig(repeat=2, min_repeat_ms=5, compare=False, cold_pick=0))
 
 
 @pytest.mark.parametrize("name", list(MODELS))

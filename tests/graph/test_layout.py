@@ -61,7 +61,7 @@ def test_compiled_model_matches_pytorch_in_both_layouts(tmp_path, host, layout):
     open_db(str(tmp_path / "db")).close()
     with pytest.warns(UserWarning, match="untuned"):
         compiled = compile_imported(imported, str(tmp_path / "db"), target=host,
-                                    config=CompileConfig(repeat=1, min_repeat_ms=1, compare=False))
+                                    config=CompileConfig(repeat=1, min_repeat_ms=1, compare=False, cold_pick=0))
     assert compiled.matches, compiled.max_abs_diff
 
 
@@ -119,7 +119,7 @@ def _compile_untuned(imported, tmp_path, host):
     open_db(str(tmp_path / "db")).close()
     with pytest.warns(UserWarning, match="untuned"):
         return compile_imported(imported, str(tmp_path / "db"), target=host,
-                                config=CompileConfig(repeat=1, min_repeat_ms=1, compare=False))
+                                config=CompileConfig(repeat=1, min_repeat_ms=1, compare=False, cold_pick=0))
 
 
 def _warnings(capfd) -> list[str]:

@@ -48,7 +48,7 @@ def test_fast_math_matches_pytorch(tmp_path, host):
     model, inputs = AllMath(), _inputs()
     with pytest.warns(UserWarning, match="untuned"):
         compiled = compile_model(model, inputs, db=str(tmp_path / "db"), target=host,
-                                 config=CompileConfig(repeat=1, min_repeat_ms=1, compare=False))
+                                 config=CompileConfig(repeat=1, min_repeat_ms=1, compare=False, cold_pick=0))
     assert compiled.matches
     got = compiled(*inputs).astype("float64")
     want = model(inputs[0].double()).numpy()
@@ -106,7 +106,7 @@ def test_elementwise_ops_after_a_reshape_join_the_matmul(tmp_path, host):
     open_db(str(tmp_path / "db")).close()
     with pytest.warns(UserWarning, match="untuned"):
         compiled = compile_model(model, inputs, db=str(tmp_path / "db"), target=host,
-                                 config=CompileConfig(repeat=1, min_repeat_ms=1, compare=False))
+                                 config=CompileConfig(repeat=1, min_repeat_ms=1, compare=False, cold_pick=0))
     assert compiled.matches, compiled.max_abs_diff
 
 
@@ -168,7 +168,7 @@ def test_clip_after_a_reshape_keeps_its_bounds(tmp_path, host):
     open_db(str(tmp_path / "db")).close()
     with pytest.warns(UserWarning, match="untuned"):
         compiled = compile_model(model, inputs, db=str(tmp_path / "db"), target=host,
-                                 config=CompileConfig(repeat=1, min_repeat_ms=1, compare=False))
+                                 config=CompileConfig(repeat=1, min_repeat_ms=1, compare=False, cold_pick=0))
     assert compiled.matches, compiled.max_abs_diff
 
 

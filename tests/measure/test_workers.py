@@ -75,3 +75,28 @@ def test_timed_runs_use_the_measurement_threads_not_the_parents():
             assert pool.submit(num_threads).result() == threads
         finally:
             pool.shutdown()
+
+
+def test_workers_start_without_pytorch_and_can_still_import_it():
+    """tlm.measure.popen: TVM's workers start without importing PyTorch (a third of the start),
+    run tlm's functions, and import torch when one asks."""
+    from tvm.support.popen_pool import PopenPoolExecutor
+
+    from tlm.measure.popen import lean_popen_workers
+
+    def torch_state() -> tuple[bool, bool]:  # a local function: pickled by value, run in the worker
+        import sys
+
+        started_with = "torch" in sys.modules
+        import torch
+
+        return started_with, torch.zeros(2).sum().item() == 0.0
+
+    lean_popen_workers()
+    lean_popen_workers()  # twice: no shim around the shim
+    pool = PopenPoolExecutor(max_workers=1, timeout=60)
+    try:
+        assert pool.submit(torch_state).result() == (False, True)
+        assert pool.submit(os.getpid).result() != os.getpid()
+    finally:
+        pool.shutdown()

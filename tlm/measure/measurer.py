@@ -32,6 +32,7 @@ from typing import Any
 from tlm.errors import TlmError, check_interrupt
 from tlm.graph.target import TargetInfo, resolve_target, tvm_default_threads
 from tlm.graph.tasks import Task
+from tlm.measure.popen import lean_popen_workers
 from tlm.measure.workers import (CheckConfig, builder_class, build_in_worker, export_shared_in_worker, ref_beside,
                                  reference_in_worker, runner_classes, warm_worker, write_limit)
 from tlm.space.design import plain_json
@@ -184,6 +185,7 @@ class Measurer:
             return
         from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig
 
+        lean_popen_workers()  # its workers start in a third of the time (tlm.measure.popen)
         cfg = self.config
         self._builder = builder_class()(
             max_workers=cfg.builder_workers or max(1, self.target.cores if self.target.kind == "llvm" else (os.cpu_count() or 1)),
