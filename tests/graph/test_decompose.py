@@ -347,3 +347,76 @@ def test_conv_transpose3d_and_erfinv_build_and_match():
     vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
     np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), model(x).detach().numpy(),
                                rtol=1e-4, atol=1e-4)
+
+
+SPECTRAL = ["fftn_real", "fft_imag", "ifft2_ortho_both", "rfft_forward", "rfftn_both", "ifftn_default"]
+
+
+def _spectral(name: str):
+    """torch.fft over a real input, its complex output taken apart (as FNet's token mixing does)."""
+    import torch
+
+    fft = torch.fft
+    forward = {
+        "fftn_real": lambda x: fft.fftn(x, dim=(1, 2)).real,
+        "fft_imag": lambda x: fft.fft(x).imag,
+        "ifft2_ortho_both": lambda x: torch.view_as_real(fft.ifft2(x, norm="ortho")),
+        "rfft_forward": lambda x: fft.rfft(x, dim=1, norm="forward").real * 2,
+        "rfftn_both": lambda x: torch.view_as_real(fft.rfftn(x)).flatten(-2),
+        "ifftn_default": lambda x: fft.ifftn(x).imag,
+    }[name]
+
+    class Spectral(torch.nn.Module):
+        def forward(self, x):
+            return forward(x)
+
+    return Spectral().eval()
+
+
+@pytest.mark.parametrize("name", SPECTRAL)
+@pytest.mark.parametrize("shape", [(2, 6, 10), (1, 7, 5)])
+def test_fft_of_a_real_input_rewritten_without_complex_values(name, shape):
+    """A DFT per dimension in real arithmetic (tlm.graph.decompose._dft): no complex value left, the
+    same numbers as torch.fft (odd and even sizes, one-sided, every norm)."""
+    import torch
+
+    from tlm.graph.decompose import decompose_unsupported
+
+    model, x = _spectral(name), torch.randn(shape, generator=torch.Generator().manual_seed(len(name)))
+    rewritten = decompose_unsupported(torch.export.export(model, (x,)))
+    assert not [n for n in rewritten.graph.nodes if "fft" in str(n.target) or "complex" in str(n.target)]
+    assert not any(getattr(n.meta.get("val"), "is_complex", lambda: False)() for n in rewritten.graph.nodes)
+    torch.testing.assert_close(rewritten.module()(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_fft_with_a_complex_use_is_left_refused():
+    """The modulus of an FFT keeps a complex value: left as it was, and refused in one line."""
+    import torch
+
+    from tlm.errors import TlmError
+    from tlm.graph.decompose import decompose_unsupported
+    from tlm.graph.importer import import_torch
+
+    class Modulus(torch.nn.Module):
+        def forward(self, x):
+            return torch.fft.fft(x).abs()
+
+    exported = torch.export.export(Modulus(), (torch.randn(4, 8),))
+    assert decompose_unsupported(exported) is exported
+    with pytest.raises(TlmError, match="unsupported operator"):
+        import_torch(Modulus(), (torch.randn(4, 8),))
+
+
+@pytest.mark.tvm
+def test_fnet_style_fft_builds_and_matches():
+    """The battery's FNet was refused (`aten._fft_c2c`, complex64); its Fourier mixing now builds."""
+    import torch
+    import tvm
+    from tvm import relax
+
+    from tlm.graph.importer import import_torch
+
+    model, x = _spectral("fftn_real"), torch.randn(1, 16, 24)
+    mod = import_torch(model, (x,)).mod
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), model(x).numpy(), rtol=1e-4, atol=1e-4)

@@ -3,7 +3,11 @@
 window size and stride where the input divides, else the maxima of PyTorch's windows), `F.unfold`
 (a grouped conv with one-hot kernels), `torch.cdist` (its definition), trilinear interpolation
 (three 1-D ones), `torch.erfinv` (PyTorch's own algorithm), `F.rrelu` in eval mode (a leaky
-ReLU) and `nn.ConvTranspose3d` (a conv3d over the zero-dilated input). Converters the importer lacks or gets wrong are in tlm.graph.converters.
+ReLU), `nn.ConvTranspose3d` (a conv3d over the zero-dilated input) and `torch.fft` over a real
+input whose complex output is taken apart (`.real`, `.imag`, `view_as_real`: FNet's token mixing),
+as a DFT per dimension in real matmuls; TVM has no complex dtype, so an FFT whose complex value is
+used otherwise (`.abs()`) stays refused. Converters the importer lacks or gets wrong are in
+tlm.graph.converters.
 
 `nn.EmbeddingBag` (and `F.embedding_bag`) reach torch.export as `aten.embedding_bag`, which
 becomes `aten._embedding_bag` in TVM 0.27's importer, which refuses it (torch has no decomposition
@@ -210,6 +214,89 @@ def _conv_transpose3d(x, weight, bias=None, stride=1, padding=0, output_padding=
     return y
 
 
+def _dft(x, dims, norm=None, inverse: bool = False, onesided: bool = False):
+    """torch.fft's transform of a real `x` over `dims` in real arithmetic: per dimension of size n,
+    products with the n x n matrices C = cos(2 pi jk / n) and S = sin(2 pi jk / n) (the DFT is
+    C - iS, its inverse C + iS; jk taken mod n so the angles stay small), the result handed back as
+    torch.complex(re, im) for `_real_parts` to take apart. `onesided` (rfft): the last of `dims`
+    keeps its n // 2 + 1 first outputs. `norm` as torch.fft's: None/"backward", "ortho", "forward"."""
+    import torch
+
+    dims = [d % x.dim() for d in dims]
+    sign, total, re, im = (1.0 if inverse else -1.0), 1, x, None
+    for i, d in enumerate(reversed(dims)):  # the last first: a one-sided transform halves it
+        n = x.shape[d]
+        total *= n
+        k = torch.arange(n, device=x.device)
+        cols = k[: n // 2 + 1] if onesided and i == 0 else k
+        angle = (torch.outer(k, cols) % n).to(x.dtype) * (2 * math.pi / n)  # (n, cols)
+        c, s = torch.cos(angle), torch.sin(angle)
+        re_d = re.movedim(d, -1)
+        new_re, new_im = re_d @ c, (re_d @ s) * sign
+        if im is not None:
+            im_d = im.movedim(d, -1)
+            new_re, new_im = new_re - (im_d @ s) * sign, new_im + im_d @ c
+        re, im = new_re.movedim(-1, d), new_im.movedim(-1, d)
+    if norm == "ortho" or (norm == "forward") != inverse:  # "backward" (None) scales the inverse
+        scale = total ** -0.5 if norm == "ortho" else 1.0 / total
+        re, im = re * scale, im * scale
+    return torch.complex(re, im)
+
+
+def _fft_ops() -> dict:
+    """{aten op of torch.fft over a real input: its rewrite} (sizes `n`/`s` are left: not rewritten)."""
+    import torch
+
+    aten = torch.ops.aten
+    out = {}
+    for name, inverse, onesided in (("fft", False, False), ("ifft", True, False), ("rfft", False, True)):
+        def one(x, n=None, dim=-1, norm=None, inverse=inverse, onesided=onesided):
+            return _dft(x, [dim], norm, inverse, onesided)
+
+        def two(x, s=None, dim=(-2, -1), norm=None, inverse=inverse, onesided=onesided):
+            return _dft(x, list(dim), norm, inverse, onesided)
+
+        def many(x, s=None, dim=None, norm=None, inverse=inverse, onesided=onesided):
+            return _dft(x, list(range(x.dim())) if dim is None else list(dim), norm, inverse, onesided)
+
+        out.update({getattr(aten, f"fft_{name}").default: one, getattr(aten, f"fft_{name}2").default: two,
+                    getattr(aten, f"fft_{name}n").default: many})
+    return out
+
+
+def _real_fft(node) -> bool:
+    """Whether a torch.fft node transforms a real tensor at its own size (what `_dft` rewrites)."""
+    val = getattr(node.args[0], "meta", {}).get("val")
+    return (val is not None and val.dtype.is_floating_point
+            and (len(node.args) < 2 or node.args[1] is None) and node.kwargs.get("n", node.kwargs.get("s")) is None)
+
+
+def _real_parts(exported) -> bool:
+    """Takes apart every view_as_real(complex(re, im)) in `exported` (in place): a select of the last
+    dimension reads `re` or `im` itself (`.real` of an FFT computes no imaginary part), any other
+    use reads stack([re, im], -1). Whether no complex value is left."""
+    import torch
+
+    aten = torch.ops.aten
+    graph = exported.graph_module.graph
+    for view in list(graph.nodes):
+        pair = view.args[0] if view.target is aten.view_as_real.default else None
+        if getattr(pair, "target", None) is not aten.complex.default:
+            continue
+        last = view.meta["val"].dim() - 1
+        for use in list(view.users):
+            if use.target is aten.select.int and use.args[1] in (-1, last):
+                use.replace_all_uses_with(pair.args[use.args[2] % 2])
+        if view.users:
+            with graph.inserting_after(view):
+                stacked = graph.call_function(aten.stack.default, (list(pair.args), -1))
+            stacked.meta["val"] = torch.stack([a.meta["val"] for a in pair.args], -1)
+            view.replace_all_uses_with(stacked)
+    graph.eliminate_dead_code()
+    exported.graph_module.recompile()
+    return not any(getattr(n.meta.get("val"), "is_complex", lambda: False)() for n in graph.nodes)
+
+
 def _rrelu_training(node) -> bool:  # random slopes: left as it was (and refused)
     import torch
 
@@ -246,6 +333,12 @@ def decompose_unsupported(exported) -> Any:
              and not (n.target in (aten._cdist_forward.default, aten.cdist.default) and len(n.args) > 2
                       and n.args[2] == 0)  # p = 0 counts differing entries: left as it was
              and not _rrelu_training(n)}
+    ffts = _fft_ops()
+    found |= {n.target for n in exported.graph.nodes if n.op == "call_function" and n.target in ffts and _real_fft(n)}
+    ops.update(ffts)
     if not found:
         return exported
-    return exported.run_decompositions({op: ops[op] for op in found})
+    out = exported.run_decompositions({op: ops[op] for op in found})
+    if found & set(ffts) and not _real_parts(out):
+        return exported  # a complex value other than an FFT's parts: refused as it was
+    return out
