@@ -243,25 +243,24 @@ def _dft(x, dims, norm=None, inverse: bool = False, onesided: bool = False):
     return torch.complex(re, im)
 
 
+def _fft_rewrite(default_dim, inverse: bool, onesided: bool):
+    """The rewrite of one torch.fft op (`fft_X`: one dim, `fft_X2`: two, `fft_Xn`: any; None: all)."""
+
+    def rewrite(x, size=None, dim=default_dim, norm=None):  # size (n / s) is None: `_real_fft`
+        dims = range(x.dim()) if dim is None else [dim] if isinstance(dim, int) else dim
+        return _dft(x, list(dims), norm, inverse, onesided)
+
+    return rewrite
+
+
 def _fft_ops() -> dict:
     """{aten op of torch.fft over a real input: its rewrite} (sizes `n`/`s` are left: not rewritten)."""
     import torch
 
     aten = torch.ops.aten
-    out = {}
-    for name, inverse, onesided in (("fft", False, False), ("ifft", True, False), ("rfft", False, True)):
-        def one(x, n=None, dim=-1, norm=None, inverse=inverse, onesided=onesided):
-            return _dft(x, [dim], norm, inverse, onesided)
-
-        def two(x, s=None, dim=(-2, -1), norm=None, inverse=inverse, onesided=onesided):
-            return _dft(x, list(dim), norm, inverse, onesided)
-
-        def many(x, s=None, dim=None, norm=None, inverse=inverse, onesided=onesided):
-            return _dft(x, list(range(x.dim())) if dim is None else list(dim), norm, inverse, onesided)
-
-        out.update({getattr(aten, f"fft_{name}").default: one, getattr(aten, f"fft_{name}2").default: two,
-                    getattr(aten, f"fft_{name}n").default: many})
-    return out
+    return {getattr(aten, f"fft_{name}{suffix}").default: _fft_rewrite(dim, inverse, onesided)
+            for name, inverse, onesided in (("fft", False, False), ("ifft", True, False), ("rfft", False, True))
+            for suffix, dim in (("", -1), ("2", (-2, -1)), ("n", None))}
 
 
 def _real_fft(node) -> bool:
