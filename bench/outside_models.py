@@ -20,10 +20,12 @@ try:
     import outside_ops as ops
     import outside_plain as plain
     import outside_plain_b as plain_b
+    import outside_plain_c as plain_c
 except ImportError:  # imported as bench.outside_models
     from bench import outside_ops as ops
     from bench import outside_plain as plain
     from bench import outside_plain_b as plain_b
+    from bench import outside_plain_c as plain_c
 
 
 @dataclass(frozen=True)
@@ -358,6 +360,13 @@ _ENTRIES = [
           "degree normalisation), 60 nodes x 32", _plain(plain_b.GraphConv, 60, 32)),
     Entry("batched_cnn", "plain", "small CNN at batch 4, channels_last weights, BN, hardswish, log_softmax",
           _plain(plain_b.BatchedCNN, 4, 3, 48, 48)),
+    # ----------------------------------------------------------------- third batch: whole plain models
+    Entry("style_transfer", "plain", "fast neural style TransformerNet at width 16: reflection padding, instance "
+          "norm, strided and nearest-upsampling convs, (1, 3, 64, 64)", _plain(plain_c.StyleTransfer, 1, 3, 64, 64)),
+    Entry("hifigan", "plain", "HiFi-GAN vocoder generator: weight-normed Conv1d and ConvTranspose1d (8x, 8x, 4x), "
+          "dilated residual blocks, leaky ReLU, tanh; 80 mels x 32 frames", _plain(plain_c.HiFiGAN, 1, 80, 32)),
+    Entry("tiny_yolo", "plain", "YOLOv8-style detector at width 16: Conv-BN-SiLU, C2f (chunk, concat), SPPF max "
+          "pools, nearest-upsampling FPN, two-scale head, (1, 3, 96, 96)", _plain(plain_c.TinyYOLO, 1, 3, 96, 96)),
 ] + [Entry(name, "op", desc, lambda name=name: ops.make(name)) for name, (desc, *_) in ops.OPS.items()]
 _BY_NAME = {e.name: e for e in _ENTRIES}
 assert len(_BY_NAME) == len(_ENTRIES)

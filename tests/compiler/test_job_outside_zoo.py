@@ -47,6 +47,10 @@ def _models():
                           torch.nn.Conv2d(24, 40, 1)), (1, 24, 28, 28)),
         "conv_transpose": (seq(torch.nn.ConvTranspose2d(16, 8, 4, stride=2, padding=1), torch.nn.ReLU()), (1, 16, 14, 14)),
         "conv3d": (seq(torch.nn.Conv3d(4, 8, 3, padding=1), torch.nn.ReLU()), (1, 4, 8, 16, 16)),
+        # HiFi-GAN's upsampling: its weights were once packed as a conv1d's (the task name's words
+        # read "conv1d", "transpose"), and the packed program gave NaN and garbage
+        "conv_transpose1d": (seq(torch.nn.ConvTranspose1d(16, 8, 8, stride=4, padding=2), torch.nn.LeakyReLU(0.1)),
+                             (1, 16, 64)),
         "prime_linear": (seq(torch.nn.Linear(512, 1031), torch.nn.ReLU()), (1, 64, 512)),
     }
 
@@ -130,3 +134,26 @@ def test_a_unet_compiles_at_budget_zero_and_matches(host, tmp_path):
     # its transposed conv is a sub-pixel conv2d (tlm.graph.deconv): one more conv task, none transposed
     names = [r["name"] for r in compiled.task_rows]
     assert not any("conv2d_transpose" in n for n in names) and sum("conv2d" in n for n in names) >= 5, names
+
+
+def test_two_models_compiled_to_one_path_each_run_their_own_code(host, tmp_path):
+    """A library loaded before from a path is what the loader hands back for that path: the second
+    build (a model built again after a failed check, or a user's second compile to one file) must
+    run its own code, so builds are loaded from fresh files and renamed into place."""
+    from tlm.compiler.build import CompileConfig
+    from tlm.compiler.job import compile_model
+
+    torch.manual_seed(0)
+    out = str(tmp_path / "model.so")
+    cfg = CompileConfig(repeat=2, min_repeat_ms=5, compare=False, cold_pick=0)
+    results = []
+    for width in (24, 40):
+        module = torch.nn.Sequential(torch.nn.Linear(16, width), torch.nn.ReLU()).eval()
+        x = torch.randn(2, 16)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compiled = compile_model(module, (x,), db=str(tmp_path / f"db{width}"), target=host, budget=0,
+                                     model=shipped_model(host), output=out, config=cfg)
+        results.append((compiled.matches, compiled(x).shape))
+    assert results == [(True, (2, 24)), (True, (2, 40))]
+    assert sorted(p.name for p in tmp_path.glob("model.so*")) == ["model.so"]  # no build file left beside it

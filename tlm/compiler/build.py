@@ -14,6 +14,7 @@ tlm/compiler/job.py.
 
 from __future__ import annotations
 
+import itertools
 import os
 import statistics
 import tempfile
@@ -74,7 +75,7 @@ class CompiledModel:
     wall_s: float | None = None  # tuning (if any) + build + check + timing
 
     def __call__(self, *inputs):
-        return _out_numpy(self.vm["main"](*to_tvm(inputs)))
+        return out_numpy(self.vm["main"](*to_tvm(inputs)))
 
     @property
     def matches(self) -> bool:
@@ -139,19 +140,10 @@ def to_tvm(inputs) -> list:
     return [tvm.runtime.tensor(np.ascontiguousarray(_to_numpy(x)), dev) for x in inputs]
 
 
-def _max_abs_diff(got, want) -> float:
-    """Largest difference of the model's output from the reference (inf when the shapes differ)."""
-    import numpy as np
-
-    if got.shape != want.shape:
-        return float("inf")
-    return float(np.max(np.abs(got.astype("float64") - want.astype("float64"))))
-
-
-def _out_numpy(out):
+def out_numpy(out):
     if hasattr(out, "numpy"):
         return out.numpy()
-    return _out_numpy(out[0])  # a tuple output: the first element is the model's output
+    return out_numpy(out[0])  # a tuple output: the first element is the model's output
 
 
 def task_picks(database, tasks, target) -> dict[str, Any]:
@@ -258,6 +250,7 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
     import numpy as np
     import tvm
 
+    from tlm.compiler.check import max_abs_diff, tolerance_for, without_packing
     from tlm.graph.extract import extract_from_relax
     from tlm.graph.target import physical_cores, resolve_target, runtime_threads
     from tlm.measure.database import open_db
@@ -285,11 +278,15 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
     dev = tvm.cpu()
     built = _build_variants(variants, imported, info, cfg, artifact, alt)
     want = np.asarray(imported.reference(imported.inputs))  # after the builds: a failing build says so first
-    tolerance = cfg.atol + cfg.rtol * float(np.max(np.abs(want)))
-    if _max_abs_diff(built[0][1], want) > tolerance and any(r["status"] == "greedy" for r in built[0][2]):
-        variants = _recheck(db, tasks, info, picks, final)  # an unmeasured program may be the wrong one
-        if variants:
+    tolerance = tolerance_for(want, cfg)
+    if max_abs_diff(built[0][1], want) > tolerance and any(r["status"] == "greedy" for r in built[0][2]):
+        rechecked = _recheck(db, tasks, info, picks, final)  # an unmeasured program may be the wrong one
+        if rechecked:
+            variants = rechecked
             built = _build_variants(variants, imported, info, cfg, artifact, alt)
+    if max_abs_diff(built[0][1], want) > tolerance and cfg.pack_convs:
+        rebuild = lambda c: _build_variants(variants, imported, info, c, artifact, alt)  # noqa: E731
+        built = without_packing(rebuild, cfg, want, tolerance)
     args = [tvm.runtime.tensor(np.ascontiguousarray(x), dev) for x in imported.inputs]
     final_pick = final and {"timed": [t.name for t in tasks if t.hash in final],
                             "changed": [t.name for t in tasks if t.hash in changed]}
@@ -297,7 +294,7 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
         from tlm.compiler.cold_pick import faster_whole
 
         final_pick.update(faster_whole([b[0] for b in built], args,
-                                       [_max_abs_diff(b[1], want) <= tolerance for b in built]))
+                                       [max_abs_diff(b[1], want) <= tolerance for b in built]))
         chosen = built[1 if final_pick["applied"] else 0]
         if final_pick["applied"]:
             os.replace(alt, artifact)
@@ -322,7 +319,7 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
                       "started before tlm was imported, or TVM_NUM_THREADS/OMP_NUM_THREADS says so)", stacklevel=2)
     if got.shape != want.shape:
         raise TlmError(f"compiled output shape {got.shape} differs from the reference {want.shape}")
-    model.max_abs_diff, model.tolerance = _max_abs_diff(got, want), tolerance
+    model.max_abs_diff, model.tolerance = max_abs_diff(got, want), tolerance
     timer = vm.time_evaluator("main", dev, number=1, repeat=cfg.repeat, min_repeat_ms=cfg.min_repeat_ms)
     model.latency_ms = float(statistics.median(timer(*args).results)) * 1e3
     if cfg.compare:
@@ -346,6 +343,9 @@ def _variants(database, tasks, info, picks: dict[str, Any], final: dict[str, Any
     return variants
 
 
+_BUILDS = itertools.count()  # tells apart the files of one process's builds (_build_variants)
+
+
 def _build_variants(variants, imported, info, cfg: CompileConfig, artifact: str, alt: str) -> list[tuple]:
     """[(vm, output, rows)] of each (MetaSchedule view, rows) built, saved (the first to `artifact`,
     a second to `alt`), loaded back and run on the example inputs."""
@@ -366,15 +366,19 @@ def _build_variants(variants, imported, info, cfg: CompileConfig, artifact: str,
             if interrupted():
                 raise
             raise TlmError(explain(err, "whole-model build", BUILD, imported.mod, info)) from None
+        # A fresh file, renamed into place once loaded: a library loaded before at `path` (a model
+        # built again, or compiled twice to one path) would otherwise be what the loader returns.
+        fresh = f"{path}.{os.getpid()}-{next(_BUILDS)}.so"
         try:
-            ex.export_library(path)
+            ex.export_library(fresh)
         except Exception as err:
             if interrupted():
                 raise
             raise TlmError(explain(err, f"saving the compiled model to {path}", BUILD)) from None
         try:
-            vm = relax.VirtualMachine(tvm.runtime.load_module(path), dev)  # check the saved artifact
-            got = _out_numpy(vm["main"](*to_tvm(imported.inputs)))
+            vm = relax.VirtualMachine(tvm.runtime.load_module(fresh), dev)  # check the saved artifact
+            os.replace(fresh, path)
+            got = out_numpy(vm["main"](*to_tvm(imported.inputs)))
         except Exception as err:
             if interrupted():
                 raise

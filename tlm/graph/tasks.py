@@ -13,7 +13,7 @@ from typing import Any
 
 # Anchor operators, most specific first: the first one found in a task name is its type.
 _ANCHORS = (
-    "conv3d_transpose", "conv2d_transpose", "conv3d", "conv2d", "conv1d", "batch_matmul",
+    "conv3d_transpose", "conv2d_transpose", "conv1d_transpose", "conv3d", "conv2d", "conv1d", "batch_matmul",
     "matmul", "dense", "softmax", "layer_norm", "rms_norm", "group_norm", "max_pool3d",
     "max_pool2d", "avg_pool3d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
     "mean", "sum", "max", "variance", "take", "cumsum", "concatenate", "resize2d",
