@@ -371,13 +371,16 @@ def _build_variants(variants, imported, info, cfg: CompileConfig, artifact: str,
         fresh = f"{path}.{os.getpid()}-{next(_BUILDS)}.so"
         try:
             ex.export_library(fresh)
+            loaded = tvm.runtime.load_module(fresh)
+            os.replace(fresh, path)
         except Exception as err:
+            if os.path.exists(fresh):
+                os.remove(fresh)
             if interrupted():
                 raise
             raise TlmError(explain(err, f"saving the compiled model to {path}", BUILD)) from None
         try:
-            vm = relax.VirtualMachine(tvm.runtime.load_module(fresh), dev)  # check the saved artifact
-            os.replace(fresh, path)
+            vm = relax.VirtualMachine(loaded, dev)  # check the saved artifact
             got = out_numpy(vm["main"](*to_tvm(imported.inputs)))
         except Exception as err:
             if interrupted():
