@@ -34,8 +34,8 @@ SUITES = {
     "heldout": dict(workloads=["bert_base", "gpt2", "resnet_50", "mobilenet_v2", "bert_tiny", "dcgan"],
                     ms_budget="64g", tlm_budgets=[], subgraph_ks=[], heldout_tasks=20, e2e=False, corpus=True),
 }
-COMPUTE_KINDS = ("conv1d", "conv2d", "conv3d", "conv2d_transpose", "conv3d_transpose", "matmul", "batch_matmul",
-                 "dense")
+COMPUTE_KINDS = ("conv1d", "conv2d", "conv3d", "conv1d_transpose", "conv2d_transpose", "conv3d_transpose", "matmul",
+                 "batch_matmul", "dense")
 
 
 @dataclass
