@@ -16,9 +16,9 @@ them almost perfectly), so only the held-out rows say how a rule generalises.
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import json
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -36,20 +36,26 @@ def _prod(v: list[int]) -> int:
     return v[0] * v[1] * v[2]
 
 
-def load_set(bundle: str, proposer: str | None, model) -> list[dict]:
-    """[{lat: [s per program], fill: [blocks], order: cost model's order}] per task with 2+ correct programs."""
-    from tlm.graph.target import resolve_target
+@functools.lru_cache(maxsize=None)
+def _bundle(bundle: str) -> tuple[dict, dict, dict]:
+    """(manifest, tasks, {(task hash, candidate): result}) of a bundle and its H100 run, read once."""
     from tlm.measure.gpu_bundle import read_tasks
-    from tlm.space.language import parse
 
-    manifest = json.load(gzip.open(BUNDLES / bundle / "manifest.json.gz"))
-    target = resolve_target(manifest["target"])
-    tasks = read_tasks(BUNDLES / bundle)
     res = {}
     with open(RUN / f"{bundle}-results.jsonl") as f:
         for line in f:
             d = json.loads(line)
             res[(d["t"], d["k"])] = d
+    return json.load(gzip.open(BUNDLES / bundle / "manifest.json.gz")), read_tasks(BUNDLES / bundle), res
+
+
+def load_set(bundle: str, proposer: str | None, model) -> list[dict]:
+    """[{lat: [s per program], fill: [blocks], order: cost model's order}] per task with 2+ correct programs."""
+    from tlm.graph.target import resolve_target
+    from tlm.space.language import parse
+
+    manifest, tasks, res = _bundle(bundle)
+    target = resolve_target(manifest["target"])
     rows = []
     for t in manifest["tasks"]:
         items = []
@@ -77,10 +83,6 @@ def pick(row: dict, frac: float | None, cap: int) -> float:
     return row["lat"][order[0]]
 
 
-def _geo(xs: list[float]) -> float:
-    return math.exp(statistics.mean(math.log(x) for x in xs))
-
-
 def report(sets: dict[str, list[dict]], sms: int, command: str) -> str:
     lines = ["# A launch-shape rule for the GPU cost model's pick (issue 49)", "",
              f"Command: `{command}`. Data: the H100 run `results/gpu/run-2026-11-27-h100-b` ({sms} SMs). "
@@ -93,12 +95,13 @@ def report(sets: dict[str, list[dict]], sms: int, command: str) -> str:
     for label, rows in sets.items():
         best = [min(r["lat"]) for r in rows]
         cm = [pick(r, None, 0) for r in rows]
-        cells = [f"{sum(best) * 1e3:.2f}", f"{sum(cm) * 1e3:.2f} ({_geo([a / b for a, b in zip(cm, best)]):.2f})"]
+        geo_cm = statistics.geometric_mean([a / b for a, b in zip(cm, best)])
+        cells = [f"{sum(best) * 1e3:.2f}", f"{sum(cm) * 1e3:.2f} ({geo_cm:.2f})"]
         for f, c in RULES:
             p = [pick(r, f, c * sms) for r in rows]
             worse = sum(a > 1.05 * b for a, b in zip(p, cm))
             better = sum(a * 1.05 < b for a, b in zip(p, cm))
-            cells.append(f"{sum(p) * 1e3:.2f} ({_geo([a / b for a, b in zip(p, best)]):.2f}; "
+            cells.append(f"{sum(p) * 1e3:.2f} ({statistics.geometric_mean([a / b for a, b in zip(p, best)]):.2f}; "
                          f"worse {worse}, better {better})")
         lines.append(f"| {label} | {len(rows)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -112,7 +115,7 @@ def main() -> None:
     from tlm.graph.target import resolve_target
     from tlm.search.costmodel import CostModel
 
-    target = resolve_target(json.load(gzip.open(BUNDLES / "bundle-heldout/manifest.json.gz"))["target"])
+    target = resolve_target(_bundle("bundle-heldout")[0]["target"])
     model = CostModel.load(args.cost_model, target)
     sets = {label: load_set(bundle, proposer, model) for label, bundle, proposer in SETS}
     sms = target.cores  # the SM count of a GPU target (tlm.graph.target)
