@@ -1,7 +1,8 @@
 """The outside-zoo battery's models: architectures that are not in tlm's zoo (tlm/graph/zoo.py).
 
 Random weights only: Hugging Face models are built from their config objects (nothing is
-downloaded), the plain-PyTorch ones are in bench/outside_plain.py. Configurations are small so
+downloaded), the plain-PyTorch ones are in bench/outside_plain*.py, the fourth batch in
+bench/outside_batch_d.py. Configurations are small so
 that each compiles quickly, but each keeps its architecture's characteristic operators. Every
 module's forward returns one float tensor; batch 1.
 
@@ -11,121 +12,20 @@ module's forward returns one float tensor; batch 1.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
-import torch
-
 try:
+    import outside_batch_d as batch_d
     import outside_ops as ops
     import outside_plain as plain
     import outside_plain_b as plain_b
     import outside_plain_c as plain_c
+    from outside_common import Entry, _audio, _plain, _text, _vision
 except ImportError:  # imported as bench.outside_models
+    from bench import outside_batch_d as batch_d
     from bench import outside_ops as ops
     from bench import outside_plain as plain
     from bench import outside_plain_b as plain_b
     from bench import outside_plain_c as plain_c
-
-
-@dataclass(frozen=True)
-class Entry:
-    name: str  # short, unique, [a-z0-9_]
-    family: str  # "vision", "audio", "text", "plain" or "op" (one operator, bench/outside_ops.py)
-    description: str  # one line: what it is and its configuration
-    make: Callable[[], tuple]  # -> (torch.nn.Module in eval mode, tuple of example input tensors)
-
-
-class HFWrapper(torch.nn.Module):
-    """A Hugging Face model whose forward returns one tensor (`field` of its output). `causal_seq`:
-    passes an explicit additive 4-D causal mask (transformers' own causal-mask graph failed to
-    build until tlm.graph.converters' cumsum; `llama_own_mask` calls a model with token ids alone, as
-    a user does) and, with `position_ids`, fixed position ids (OPT would derive them with cumsum)."""
-
-    def __init__(self, model, field: str, causal_seq: int = 0, position_ids: bool = False):
-        super().__init__()
-        self.model = model
-        self.field = field
-        mask = positions = None
-        if causal_seq:
-            mask = torch.full((causal_seq, causal_seq), torch.finfo(torch.float32).min)
-            mask = torch.triu(mask, diagonal=1)[None, None].contiguous()
-            if position_ids:
-                positions = torch.arange(causal_seq)[None]
-        self.register_buffer("mask", mask, persistent=False)
-        self.register_buffer("positions", positions, persistent=False)
-
-    def forward(self, x):
-        kwargs = {}
-        if self.mask is not None:
-            kwargs["attention_mask"] = self.mask
-        if self.positions is not None:
-            kwargs["position_ids"] = self.positions
-        return getattr(self.model(x, **kwargs), self.field)
-
-
-def _image(size: int):
-    return (torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(0)),)
-
-
-def _hf(cls_name: str, cfg_name: str, field: str, inputs: Callable[[], tuple], reset: bool = False,
-        causal_seq: int = 0, position_ids: bool = False, encoder: bool = False, calibrate: bool = False, **cfg):
-    """make() for a transformers model built from `cfg_name(**cfg)`. `reset`: PyTorch's default init
-    for Conv/Linear/BatchNorm, He init for Conv2d (HF's N(0, 0.02) makes deep CNN outputs vanish); `encoder`: the model's
-    encoder; `calibrate`: batch-norm statistics from one forward on the inputs (as training leaves
-    them), where fixed ones make a deep CNN's outputs vanish whatever the weights."""
-
-    def make():
-        import transformers
-
-        torch.manual_seed(0)
-        config = getattr(transformers, cfg_name)(attn_implementation="eager", **cfg)
-        model = getattr(transformers, cls_name)(config)
-        if encoder:
-            model = model.get_encoder()
-        if reset:
-            for module in model.modules():
-                if isinstance(module, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Linear, torch.nn.BatchNorm2d)):
-                    module.reset_parameters()
-                if isinstance(module, torch.nn.Conv2d):  # He init: activations neither vanish nor explode
-                    torch.nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
-        wrapped, x = HFWrapper(model, field, causal_seq, position_ids), inputs()
-        if calibrate:
-            for module in model.modules():
-                if isinstance(module, torch.nn.BatchNorm2d):
-                    module.momentum = None  # a cumulative average: one batch's statistics
-            with torch.no_grad():
-                wrapped.train()(*x)
-        return wrapped.eval(), x
-
-    return make
-
-
-def _vision(cls_name: str, cfg_name: str, size: int, field: str = "last_hidden_state", **cfg):
-    return _hf(cls_name, cfg_name, field, lambda: _image(size), **cfg)
-
-
-def _audio(cls_name: str, cfg_name: str, shape: tuple, **cfg):
-    inputs = lambda: (torch.randn(*shape, generator=torch.Generator().manual_seed(0)),)  # noqa: E731
-    return _hf(cls_name, cfg_name, "last_hidden_state", inputs, **cfg)
-
-
-def _text(cls_name: str, cfg_name: str, seq: int, vocab: int = 1000, causal: bool = False, **cfg):
-    # ids from 4 up, clear of the special tokens (pad is 0 or 1)
-    inputs = lambda: (torch.randint(4, vocab, (1, seq), generator=torch.Generator().manual_seed(0)),)  # noqa: E731
-    return _hf(cls_name, cfg_name, "last_hidden_state", inputs, causal_seq=seq if causal else 0,
-               vocab_size=vocab, use_cache=False, **cfg)
-
-
-def _plain(cls, *shape, ids: int = 0, **kw):
-    def make():
-        torch.manual_seed(0)
-        model = cls(**kw).eval()
-        gen = torch.Generator().manual_seed(0)
-        x = torch.randint(0, ids, shape, generator=gen) if ids else torch.randn(*shape, generator=gen)
-        return model, (x,)
-
-    return make
+    from bench.outside_common import Entry, _audio, _plain, _text, _vision
 
 
 _W2V_CONV = dict(conv_dim=(32,) * 7, conv_stride=(5, 2, 2, 2, 2, 2, 2), conv_kernel=(10, 3, 3, 3, 3, 2, 2),
@@ -367,7 +267,8 @@ _ENTRIES = [
           "dilated residual blocks, leaky ReLU, tanh; 80 mels x 32 frames", _plain(plain_c.HiFiGAN, 1, 80, 32)),
     Entry("tiny_yolo", "plain", "YOLOv8-style detector at width 16: Conv-BN-SiLU, C2f (chunk, concat), SPPF max "
           "pools, nearest-upsampling FPN, two-scale head, (1, 3, 96, 96)", _plain(plain_c.TinyYOLO, 1, 3, 96, 96)),
-] + [Entry(name, "op", desc, lambda name=name: ops.make(name)) for name, (desc, *_) in ops.OPS.items()]
+] + batch_d.ENTRIES + [Entry(name, "op", desc, lambda name=name: ops.make(name))
+                      for name, (desc, *_) in ops.OPS.items()]
 _BY_NAME = {e.name: e for e in _ENTRIES}
 assert len(_BY_NAME) == len(_ENTRIES)
 

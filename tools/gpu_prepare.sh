@@ -4,7 +4,7 @@
 #   bash tools/gpu_prepare.sh            # build (bundle C: ~1.5 h on 2 cores, plans: ~3 min each)
 #   bash tools/gpu_prepare.sh --print    # only print what is ready and the device call
 #
-# 1. bundle C: random programs of the training tasks of 20 more workloads (those of bundles A
+# (built last) 1. bundle C: random programs of the training tasks of 20 more workloads (those of bundles A
 #    and B left out) for the H100: 571 tasks, 5,105 programs, ~30 MiB (BUNDLE_C);
 # 2. one work database per contender of the held-out H100 run (TLM's 10 and MetaSchedule's 64
 #    programs per task; never into the corpus) and, from them, whole-model plans of bert_base and
@@ -33,9 +33,6 @@ resnext_50-b1-i240 vgg_16-b1-i224 inception_v3-b1-i299 efficientnet-b1-i240 mobi
 resnet_18-b1-i224"
 
 if [ "${1:-}" != "--print" ]; then
-  [ -f "$BUNDLE_C/manifest.json.gz" ] && [ -f "$BUNDLE_C/tasks.json.xz" ] ||
-    nice -n 10 $TLM gpu bundle --target h100 --sources $SOURCES_C --per-task 12 --jobs 2 --task-seconds 30 \
-      --skip results/gpu/bundles/bundle-a results/gpu/bundles/bundle-b --out "$BUNDLE_C"
   for p in tlm metaschedule; do
     $TLM gpu ingest $HELDOUT $HELDOUT_RUN --db "$DBS/db-$p" --proposer $p
   done
@@ -57,6 +54,10 @@ if [ "${1:-}" != "--print" ]; then
     "$DBS/candidates-all.jsonl"
   [ -f "$HELDOUT_ALL/manifest.json.gz" ] || $TLM gpu bundle --target h100 --sources bert_base-b1-s128 gpt2-b1-s128 \
     --hold-out none --candidates "$DBS/candidates-all.jsonl" --jobs 1 --task-seconds 120 --out "$HELDOUT_ALL"
+  # last: the longest step, and only more corpus data; the steps above are the evaluation's
+  [ -f "$BUNDLE_C/manifest.json.gz" ] && [ -f "$BUNDLE_C/tasks.json.xz" ] ||
+    nice -n 10 $TLM gpu bundle --target h100 --sources $SOURCES_C --per-task 12 --jobs 2 --task-seconds 30 \
+      --skip results/gpu/bundles/bundle-a results/gpu/bundles/bundle-b --out "$BUNDLE_C"
 fi
 du -sh "$BUNDLE_C" "$PLANS_DIR" "$HELDOUT_ALL" 2>/dev/null || true
 cat <<EOF

@@ -3,7 +3,9 @@
 window size and stride where the input divides, else the maxima of PyTorch's windows), `F.unfold`
 (a grouped conv with one-hot kernels), `torch.cdist` (its definition), trilinear interpolation
 (three 1-D ones), `torch.erfinv` (PyTorch's own algorithm), `F.rrelu` in eval mode (a leaky
-ReLU), `nn.ConvTranspose3d` (a conv3d over the zero-dilated input) and `torch.fft` over a real
+ReLU), `nn.ConvTranspose3d` (a conv3d over the zero-dilated input), `Tensor.unfold` (a gather),
+a mixture of experts' token counts (`torch.histc` over a given range) and grouped matmul (dense:
+every expert, masked) and `torch.fft` over a real
 input whose complex output is taken apart (`.real`, `.imag`, `view_as_real`: FNet's token mixing),
 as a DFT per dimension in real matmuls; TVM has no complex dtype, so an FFT whose complex value is
 used otherwise (`.abs()`) stays refused. Converters the importer lacks or gets wrong are in
@@ -296,6 +298,59 @@ def _real_parts(exported) -> bool:
     return not any(getattr(n.meta.get("val"), "is_complex", lambda: False)() for n in graph.nodes)
 
 
+def _tensor_unfold(x, dimension, size, step):
+    """aten.unfold (`Tensor.unfold`: windows of `size` every `step` along `dimension`, a new last
+    dim) as one gather: index_select of the windows' positions, then a reshape and a move."""
+    import torch
+
+    dim = dimension % max(x.dim(), 1)
+    n = (x.shape[dim] - size) // step + 1
+    idx = (torch.arange(n, device=x.device)[:, None] * step + torch.arange(size, device=x.device)).reshape(-1)
+    win = x.index_select(dim, idx)  # (..., n * size, ...)
+    return win.reshape(*x.shape[:dim], n, size, *x.shape[dim + 1:]).movedim(dim + 1, -1)
+
+
+def _grouped_mm(x, weight, offs, *rest):
+    """A grouped matmul of rows sorted by group (transformers' `grouped_mm_fallback`, `aten._grouped_mm`
+    of a 2-D input and 3-D weights: a mixture of experts' tokens), (S, d) x (E, d, h) with cumulative
+    row counts `offs` (E,) -> (S, h), computed densely: every row times every group's weights, kept
+    where the row lies in the group (rows past the last group stay 0, as in the fallback). E times
+    the flops, static shapes; exact, since every other product is multiplied by 0."""
+    import torch
+
+    rows = torch.arange(x.shape[0], device=x.device)
+    ends = offs.to(torch.int64)
+    starts = torch.cat([ends.new_zeros(1), ends[:-1]])
+    member = ((rows[None] >= starts[:, None]) & (rows[None] < ends[:, None])).to(x.dtype)  # (E, S)
+    every = torch.einsum("sd,edh->esh", x, weight)
+    return (every * member[:, :, None]).sum(0)
+
+
+def _histc(x, bins=100, min=0, max=0):  # noqa: A002 - aten's argument names
+    """aten.histc with its range given (a mixture of experts' tokens per expert): bin
+    (x - min) * bins / (max - min), the top edge in the last bin, values outside not counted;
+    the counts in x's dtype. A histogram over the data's own range (min == max) is left alone."""
+    import torch
+
+    flat = x.reshape(-1)
+    pos = ((flat - min) * bins / (max - min)).floor().clamp(max=bins - 1)
+    inside = (flat >= min) & (flat <= max)
+    hits = (pos[None] == torch.arange(bins, device=x.device, dtype=x.dtype)[:, None]) & inside[None]
+    return hits.to(x.dtype).sum(1)
+
+
+def _grouped_mm_node(node) -> bool:
+    """Whether a node is a grouped matmul `_grouped_mm` rewrites (2-D rows, 3-D weights, offsets, no bias)."""
+    name = str(node.target)
+    if name not in ("transformers.grouped_mm_fallback.default", "aten._grouped_mm.default"):
+        return False
+    args = node.args
+    vals = [a.meta.get("val") if hasattr(a, "meta") else a for a in args[:3]]
+    if len(vals) < 3 or any(v is None for v in vals) or vals[0].dim() != 2 or vals[1].dim() != 3:
+        return False
+    return all(a is None for a in args[3:]) and not any(v is not None for v in node.kwargs.values())
+
+
 def _rrelu_training(node) -> bool:  # random slopes: left as it was (and refused)
     import torch
 
@@ -323,7 +378,15 @@ def decompose_unsupported(exported) -> Any:
     ops.update({op: _adaptive_max_pool for op in (aten.adaptive_max_pool1d.default, aten.adaptive_max_pool2d.default)})
     single = {aten.im2col.default: _im2col, aten._cdist_forward.default: _cdist, aten.cdist.default: _cdist,
               aten.upsample_trilinear3d.vec: _trilinear, aten.erfinv.default: _erfinv,
-              aten.conv_transpose3d.input: _conv_transpose3d}
+              aten.conv_transpose3d.input: _conv_transpose3d, aten.unfold.default: _tensor_unfold}
+    grouped = [n for n in exported.graph.nodes if n.op == "call_function"
+               and str(n.target) in ("transformers.grouped_mm_fallback.default", "aten._grouped_mm.default")]
+    histc = [n for n in exported.graph.nodes if n.op == "call_function" and n.target == aten.histc.default]
+    if histc and all(len(n.args) > 3 and n.args[2] != n.args[3] for n in histc):
+        single[aten.histc.default] = _histc
+    # a target is rewritten only where every call of it has the form _grouped_mm computes (no bias)
+    single.update({n.target: _grouped_mm for n in grouped
+                   if all(_grouped_mm_node(m) for m in grouped if m.target == n.target)})
     ops.update(single)
     ops[aten.rrelu_with_noise_functional.default] = _rrelu
     single[aten.rrelu.default] = ops[aten.rrelu.default] = _rrelu_plain
