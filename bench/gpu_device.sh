@@ -13,6 +13,9 @@
 # to $OUT/plans.jsonl (its plan-result.json, "plan": NAME, the folder's name). A plan is at most
 # 48 MiB: weights are regenerated there. Order: TRAIN, PLANS, PyTorch, then the bundles; with
 # BUDGET=S (seconds for the whole script) each bundle runs for what is left, 45 s kept for the end.
+# RESUME="RUN_DIR ..." (runs of the same bundles on an earlier machine, e.g. results/gpu/run-...):
+# their <bundle>-results.jsonl seed the runner, which measures only the programs they lack;
+# <bundle>-results.jsonl then holds only the new lines (ingest them like any run's).
 # The tracked tree is over the 64 MiB a call carries: `bash tools/device_tree.sh drop` before the
 # session's device calls, `restore` after (no commit in between).
 set -u
@@ -55,11 +58,21 @@ mkdir -p "$OUT"
       left=$(( BUDGET - SECONDS - 45 )); [ $left -lt $secs ] && secs=$left
       [ $secs -lt 30 ] && { echo "bundle $name skipped: ${left}s left of BUDGET=$BUDGET"; continue; }
     fi
+    seeded=0
+    if [ -n "${RESUME:-}" ] && [ ! -f "/tmp/tlm-run/$name/results.jsonl" ]; then
+      mkdir -p "/tmp/tlm-run/$name"
+      for r in $RESUME; do
+        [ -f "$r/$name-results.jsonl" ] && cat "$r/$name-results.jsonl" >> "/tmp/tlm-run/$name/results.jsonl"
+      done
+      [ -f "/tmp/tlm-run/$name/results.jsonl" ] && seeded=$(wc -l < "/tmp/tlm-run/$name/results.jsonl")
+      echo "bundle $name: $seeded lines measured before (RESUME), measuring the rest"
+      echo "$seeded" > "/tmp/tlm-run/$name/seeded"
+    fi
+    [ -f "/tmp/tlm-run/$name/seeded" ] && seeded=$(cat "/tmp/tlm-run/$name/seeded")
     timeout $(( secs + 90 )) python3 -m tlm.measure.cuda_runner "$b" --out "/tmp/tlm-run/$name" \
       --work "/tmp/tlm-work/$name" --seconds "$secs"
-    for f in results.jsonl summary.json; do
-      cp "/tmp/tlm-run/$name/$f" "$OUT/$name-$f" 2>/dev/null
-    done
+    tail -n +$(( seeded + 1 )) "/tmp/tlm-run/$name/results.jsonl" > "$OUT/$name-results.jsonl" 2>/dev/null
+    cp "/tmp/tlm-run/$name/summary.json" "$OUT/$name-summary.json" 2>/dev/null
     tail -3 "/tmp/tlm-run/$name/child.log" 2>/dev/null
   done
   date -u

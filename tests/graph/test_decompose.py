@@ -420,3 +420,67 @@ def test_fnet_style_fft_builds_and_matches():
     mod = import_torch(model, (x,)).mod
     vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
     np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), model(x).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def _rewritten(model, args):
+    import torch
+
+    from tlm.graph.decompose import decompose_unsupported
+
+    return decompose_unsupported(torch.export.export(model, args))
+
+
+@given(n=st.integers(3, 12), size=st.integers(1, 3), step=st.integers(1, 3), dim=st.sampled_from([0, 1, -1]))
+@settings(max_examples=25, deadline=None)
+def test_tensor_unfold_rewritten_exactly(n, size, step, dim):
+    """Tensor.unfold (windows along a dim, a new last dim) as one gather, on every window layout."""
+    import torch
+
+    class Windows(torch.nn.Module):
+        def forward(self, x):
+            return x.unfold(dim, size, step) * 2.0
+
+    x = torch.randn(n, n + 1, 4)
+    rewritten = _rewritten(Windows().eval(), (x,))
+    assert not [m for m in rewritten.graph.nodes if str(m.target) == "aten.unfold.default"]
+    torch.testing.assert_close(rewritten.module()(x), Windows()(x), rtol=0, atol=0)
+
+
+def test_histc_with_a_range_rewritten_exactly():
+    """torch.histc over a given range (a mixture of experts' tokens per expert): the top edge in the
+    last bin, values outside the range not counted; over the data's own range it is left alone."""
+    import torch
+
+    class Counts(torch.nn.Module):
+        def forward(self, x):
+            return torch.histc(x, bins=4, min=0, max=3)
+
+    x = torch.tensor([0.0, 1.0, 1.0, 3.0, 2.5, -1.0, 4.0, 0.99])  # 3.0: top edge; -1 and 4: outside
+    rewritten = _rewritten(Counts().eval(), (x,))
+    assert not [m for m in rewritten.graph.nodes if "histc" in str(m.target)]
+    torch.testing.assert_close(rewritten.module()(x), torch.histc(x, bins=4, min=0, max=3), rtol=0, atol=0)
+
+    class OwnRange(torch.nn.Module):
+        def forward(self, x):
+            return torch.histc(x, bins=4)
+
+    kept = _rewritten(OwnRange().eval(), (x,))
+    assert [m for m in kept.graph.nodes if "histc" in str(m.target)]
+
+
+@pytest.mark.parametrize("counts", [[3, 0, 5], [8, 0, 0], [0, 0, 6]])  # empty groups; rows past the last
+def test_grouped_mm_dense_matches_per_group_matmuls(counts):
+    """_grouped_mm against the loop it replaces: each group's rows times its own weights, rows past
+    the last group 0 (as transformers' fallback leaves them)."""
+    import torch
+
+    from tlm.graph.decompose import _grouped_mm
+
+    torch.manual_seed(0)
+    x, w = torch.randn(8, 5), torch.randn(3, 5, 4)
+    offs = torch.tensor(counts).cumsum(0).to(torch.int32)
+    want, start = torch.zeros(8, 4), 0
+    for e, end in enumerate(offs.tolist()):
+        want[start:end] = x[start:end] @ w[e]
+        start = end
+    torch.testing.assert_close(_grouped_mm(x, w, offs), want, rtol=1e-5, atol=1e-5)

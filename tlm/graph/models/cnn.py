@@ -138,6 +138,15 @@ class VGG(nn.Module):
             nn.Linear(512 * 49, 4096), nn.ReLU(True), nn.Linear(4096, 4096), nn.ReLU(True),
             nn.Linear(4096, num_classes),
         )
+        # torchvision's VGG init: without it (no BatchNorm to rescale) each layer shrinks the
+        # activations ~0.6x and the logits are the last bias alone, whatever the input
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, 0, 0.01)
+                nn.init.zeros_(m.bias)
 
     def forward(self, x):
         return self.classifier(torch.flatten(self.pool(self.features(x)), 1))
