@@ -93,6 +93,9 @@ class SqueezeNet(nn.Module):
             _Fire(64, 16, 64), _Fire(128, 16, 64), nn.MaxPool2d(3, 2, ceil_mode=True),
             _Fire(128, 24, 96))
         self.classifier = nn.Sequential(nn.Dropout(0.5), nn.Conv2d(192, 10, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1))
+        for m in self.modules():  # He init (no BatchNorm): PyTorch's default leaves logits that ignore the input
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
 
     def forward(self, x):
         return self.classifier(self.features(x)).flatten(1)

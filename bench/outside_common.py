@@ -100,9 +100,16 @@ def _text(cls_name: str, cfg_name: str, seq: int, vocab: int = 1000, causal: boo
 
 
 def _plain(cls, *shape, ids: int = 0, **kw):
+    """make() for a plain PyTorch model of one input; its BatchNorm layers calibrated on random
+    inputs (tlm.graph.zoo.calibrate_batchnorm: otherwise some CNNs' logits ignore their input)."""
+    from tlm.graph.zoo import calibrate_batchnorm
+
     def make():
         torch.manual_seed(0)
-        model = cls(**kw).eval()
+        model = cls(**kw)
+        if not ids:
+            calibrate_batchnorm(model, (max(2, shape[0]), *shape[1:]), 1)
+        model.eval()
         gen = torch.Generator().manual_seed(0)
         x = torch.randint(0, ids, shape, generator=gen) if ids else torch.randn(*shape, generator=gen)
         return model, (x,)

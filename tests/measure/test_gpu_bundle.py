@@ -248,6 +248,8 @@ def test_ingest_files_records_under_the_card_once(bundle, tmp_path):
     none = ingest_results(out, tmp_path / "run", str(tmp_path / "db-tlm"), None, proposer="tlm")
     some = ingest_results(out, tmp_path / "run", str(tmp_path / "db-random"), None, proposer="random")
     assert (none.records, some.records, none.shards, some.shards) == (0, 6, [], [])
+    two = ingest_results(out, tmp_path / "run", str(tmp_path / "db-random2"), None, proposer="random", first=2)
+    assert two.records == 4  # the first 2 of each task's 3
     _fake_run(tmp_path / "other", manifest, device="NVIDIA H100 80GB HBM3")
     with pytest.raises(TlmError, match="measured on"):
         ingest_results(out, tmp_path / "other", str(tmp_path / "db"), None)

@@ -28,7 +28,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_ingest(args: argparse.Namespace) -> int:
     from tlm.measure.gpu_ingest import ingest_results
 
-    report = ingest_results(args.bundle, args.results, args.db, args.corpus, card=args.card, proposer=args.proposer)
+    from tlm.errors import TlmError
+
+    if args.first is not None and (args.proposer is None or args.first < 1):
+        raise TlmError("--first N needs --proposer and N >= 1")
+    report = ingest_results(args.bundle, args.results, args.db, args.corpus, card=args.card, proposer=args.proposer,
+                            first=args.first)
     print(report)
     if args.corpus is None and not report.skipped:
         print(f"no --corpus: the records are in {args.db} only, no shard written")
@@ -61,4 +66,7 @@ def register_cli(sub) -> None:
                    help="the card measured on, when not the bundle's (its programs must be the same: h200 -> h100)")
     p.add_argument("--proposer", default=None,
                    help="only this proposer's programs (tlm, metaschedule, random): one contender of a held-out bundle")
+    p.add_argument("--first", type=int, default=None,
+                   help="with --proposer: only its first N programs of each task, in the bundle's order "
+                        "(TLM@10 of a bundle that holds 32 TLM samples a task)")
     p.set_defaults(func=_cmd_ingest)

@@ -53,12 +53,13 @@ def same_code(a: dict, b: dict) -> bool:
 
 
 def ingest_results(bundle: str | Path, results: str | Path, db_dir: str, corpus: str | None,
-                   card: str | None = None, proposer: str | None = None) -> GpuIngestReport:
+                   card: str | None = None, proposer: str | None = None, first: int | None = None) -> GpuIngestReport:
     """`card`: the card the results were measured on when it is not the bundle's (a bundle built
     for the H200 measured on an H100): allowed when both generate the same code (same_code), and
     the records are filed under that card. `proposer`: only the programs of that proposer (a
     held-out bundle holds several contenders' programs; one database each, for a whole-model plan
-    of each contender's picks)."""
+    of each contender's picks); `first`: only that proposer's first N programs of each task, in the
+    manifest's order (the held-out report's TLM@N)."""
     from tlm.measure.database import open_db
     from tlm.measure.cuda_measure import read_lines, read_manifest
     from tlm.measure.gpu_bundle import read_tasks
@@ -94,8 +95,11 @@ def ingest_results(bundle: str | Path, results: str | Path, db_dir: str, corpus:
     tasks = read_tasks(bundle)
     sentences = {(e["hash"], c["id"]): (c["sentence"], c.get("proposer", "random"))
                  for e in manifest["tasks"] for c in e.get("candidates", [])}
+    if first is not None:
+        sentences = {(e["hash"], c["id"]): sentences[(e["hash"], c["id"])] for e in manifest["tasks"]
+                     for c in [c for c in e.get("candidates", []) if c.get("proposer", "random") == proposer][:first]}
     text = res_file.read_bytes()
-    digest = hashlib.sha256(text + (proposer or "").encode()).hexdigest()[:16]
+    digest = hashlib.sha256(text + (proposer or "").encode() + (f"@{first}" if first else "").encode()).hexdigest()[:16]
     lines = [r for r in read_lines(res_file) if r.get("k") != "ref"]
     out: list = []
     for r in lines:
