@@ -59,10 +59,11 @@ class Workload:
 
 def calibrate_batchnorm(module, shape: tuple[int, ...], seed: int) -> None:
     """BatchNorm as PyTorch initialises it (scale 1, shift 0) with the running statistics of one
-    batch of random inputs (`shape`), as a trained network's are of its data. Freshly initialised statistics (mean 0, variance 1) leave every
-    layer's scale to the weights' init, and in deep nets (MobileNet, EfficientNet, Inception) the
-    activations then vanish layer by layer until the logits are the classifier's bias whatever
-    the input: an output check that passes for any program of the layers before it."""
+    batch of random inputs (`shape`), as a trained network's are of its data. Fresh statistics
+    (mean 0, variance 1) leave every layer's scale to the weights' init, and in deep nets
+    (MobileNet, EfficientNet, Inception) the activations then vanish layer by layer until the
+    logits are the classifier's bias whatever the input: an output check that passes for any
+    program of the layers before it."""
     import torch
 
     norms = [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
@@ -125,7 +126,8 @@ def _hf_image(cls_name: str, cfg_name: str, **cfg):
             config.image_size = w.size
         model = getattr(transformers, cls_name)(config)
         # HF's N(0, 0.02) init makes deep CNN outputs vanish (MobileNetV2 ~1e-21, EfficientNet 0),
-        # which would make every output check pass trivially; PyTorch's default init does not.
+        # which would make every output check pass trivially; PyTorch's default init alone still
+        # lets them vanish, so Workload.build also calibrates BatchNorm (calibrate_batchnorm).
         for module in model.modules():
             if isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)):
                 module.reset_parameters()
