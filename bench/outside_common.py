@@ -9,6 +9,8 @@ from typing import Callable
 
 import torch
 
+from tlm.graph.zoo import calibrate_batchnorm
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -72,12 +74,8 @@ def _hf(cls_name: str, cfg_name: str, field: str, inputs: Callable[[], tuple], r
                 if isinstance(module, torch.nn.Conv2d):  # He init: activations neither vanish nor explode
                     torch.nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
         wrapped, x = HFWrapper(model, field, causal_seq, position_ids), inputs()
-        if calibrate:
-            for module in model.modules():
-                if isinstance(module, torch.nn.BatchNorm2d):
-                    module.momentum = None  # a cumulative average: one batch's statistics
-            with torch.no_grad():
-                wrapped.train()(*x)
+        if calibrate:  # on the example inputs, the scales and shifts kept
+            calibrate_batchnorm(wrapped, x, reset=False)
         return wrapped.eval(), x
 
     return make
@@ -101,14 +99,14 @@ def _text(cls_name: str, cfg_name: str, seq: int, vocab: int = 1000, causal: boo
 
 def _plain(cls, *shape, ids: int = 0, **kw):
     """make() for a plain PyTorch model of one input; its BatchNorm layers calibrated on random
-    inputs (tlm.graph.zoo.calibrate_batchnorm: otherwise some CNNs' logits ignore their input)."""
-    from tlm.graph.zoo import calibrate_batchnorm
+    inputs (calibrate_batchnorm: otherwise some CNNs' logits ignore their input)."""
 
     def make():
         torch.manual_seed(0)
         model = cls(**kw)
         if not ids:
-            calibrate_batchnorm(model, (max(2, shape[0]), *shape[1:]), 1)
+            batch = (max(2, shape[0]), *shape[1:])
+            calibrate_batchnorm(model, (torch.randn(batch, generator=torch.Generator().manual_seed(1)),))
         model.eval()
         gen = torch.Generator().manual_seed(0)
         x = torch.randint(0, ids, shape, generator=gen) if ids else torch.randn(*shape, generator=gen)

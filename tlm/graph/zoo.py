@@ -46,7 +46,8 @@ class Workload:
         torch.manual_seed(seed)
         module = FAMILIES[self.family].make(self)
         if self.dtype != "int64":
-            calibrate_batchnorm(module, (max(2, self.batch), *self.shape[1:]), seed + 1)
+            shape = (max(2, self.batch), *self.shape[1:])
+            calibrate_batchnorm(module, (torch.randn(shape, generator=torch.Generator().manual_seed(seed + 1)),))
         module.eval()
         gen = torch.Generator().manual_seed(seed)
         if self.dtype == "int64":
@@ -57,9 +58,10 @@ class Workload:
         return module, (x,)
 
 
-def calibrate_batchnorm(module, shape: tuple[int, ...], seed: int) -> None:
-    """BatchNorm as PyTorch initialises it (scale 1, shift 0) with the running statistics of one
-    batch of random inputs (`shape`), as a trained network's are of its data. Fresh statistics
+def calibrate_batchnorm(module, inputs: tuple, reset: bool = True) -> None:
+    """BatchNorm as PyTorch initialises it (scale 1, shift 0; `reset=False` keeps the scales and
+    shifts) with the running statistics of one batch, `module(*inputs)` (random inputs), as a
+    trained network's are of its data. Fresh statistics
     (mean 0, variance 1) leave every layer's scale to the weights' init, and in deep nets
     (MobileNet, EfficientNet, Inception) the activations then vanish layer by layer until the
     logits are the classifier's bias whatever the input: an output check that passes for any
@@ -71,12 +73,12 @@ def calibrate_batchnorm(module, shape: tuple[int, ...], seed: int) -> None:
         return
     momenta = [m.momentum for m in norms]
     for m in norms:
-        m.reset_parameters()  # also scale 1, shift 0: transformers draws the scales from N(0, 0.02)
+        # reset: also scale 1, shift 0 (transformers draws the scales from N(0, 0.02))
+        m.reset_parameters() if reset else m.reset_running_stats()
         m.momentum = None  # a cumulative average: after one batch, that batch's statistics
     module.train()
-    gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        module(torch.randn(shape, generator=gen))
+        module(*inputs)
     for m, momentum in zip(norms, momenta):
         m.momentum = momentum
     module.eval()

@@ -26,9 +26,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    from tlm.measure.gpu_ingest import ingest_results
-
     from tlm.errors import TlmError
+    from tlm.measure.gpu_ingest import ingest_results
 
     if args.first is not None and (args.proposer is None or args.first < 1):
         raise TlmError("--first N needs --proposer and N >= 1")

@@ -93,11 +93,14 @@ def ingest_results(bundle: str | Path, results: str | Path, db_dir: str, corpus:
                        + ("" if card else " (--card names the card they were measured on)"))
     key = json.dumps(config, sort_keys=True)
     tasks = read_tasks(bundle)
-    sentences = {(e["hash"], c["id"]): (c["sentence"], c.get("proposer", "random"))
-                 for e in manifest["tasks"] for c in e.get("candidates", [])}
-    if first is not None:
-        sentences = {(e["hash"], c["id"]): sentences[(e["hash"], c["id"])] for e in manifest["tasks"]
-                     for c in [c for c in e.get("candidates", []) if c.get("proposer", "random") == proposer][:first]}
+    sentences = {}
+    for e in manifest["tasks"]:
+        mine = 0  # the proposer's programs of this task so far (`first`)
+        for c in e.get("candidates", []):
+            by = c.get("proposer", "random")
+            mine += by == proposer
+            if first is None or (by == proposer and mine <= first):
+                sentences[(e["hash"], c["id"])] = (c["sentence"], by)
     text = res_file.read_bytes()
     digest = hashlib.sha256(text + (proposer or "").encode() + (f"@{first}" if first else "").encode()).hexdigest()[:16]
     lines = [r for r in read_lines(res_file) if r.get("k") != "ref"]
