@@ -59,6 +59,9 @@ class CostModelConfig:
     # 1.73x slower, `git show f88a6df:bench/results/pick-costmodels.md`): the corpus holds mostly
     # good programs, and only the regression's absolute labels learn to reject the bad ones a
     # model also samples.
+    # On GPUs the other way round: the shipped CUDA model is pairwise (unseen corpus tasks: picks
+    # 0.743x the best summed vs 0.692x; held-out H200 samples 1.45x dlight vs 1.24x;
+    # bench/gpu_costmodel_cv.py).
     objective: str = "reg"
     # Every row also describes its CPU (`cpu_columns`: vector width, feature flags), so that one
     # model trained on several CPUs' records ranks each CPU's programs its own way; the model is
