@@ -29,10 +29,11 @@ sys.path.insert(0, str(ROOT))
 
 def training_rows(corpus: str, work: str) -> list[tuple]:
     """(task hash, target, features, latencies) of every CUDA task group of the corpus."""
-    from tlm.search.costmodel_data import corpus_groups, task_groups  # noqa: F401 - ingests the shards
+    from tlm.search.costmodel_data import corpus_groups, task_groups
     from tlm.graph.target import resolve_target
     from tlm.measure.database import open_db
 
+    # ingests the shards and featurizes new records (cached), then re-reads the groups with their tasks
     corpus_groups(corpus, work, "cuda", log=lambda m: print(m, file=sys.stderr))
     rows = []
     with open_db(str(Path(work) / "db")) as db:
