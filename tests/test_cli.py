@@ -76,6 +76,17 @@ def test_malformed_onnx_file_from_the_shell(tmp_path):
     assert proc.stderr.strip().splitlines()[-1].startswith("tlm: error: malformed ONNX file")
 
 
+def test_the_cli_says_tlm_warnings_in_one_line_and_hides_the_rest():
+    """A fallback tlm warns of (a program replaced, an import done another way) reaches the shell
+    user as one line; other libraries' warnings do not (the CLI once hid both)."""
+    code = ("import warnings; from tlm.cli import main; from tlm.errors import TlmWarning; "
+            "main(['workloads', '--split', 'test', '--json']); "
+            "warnings.warn('tlm: a fallback\\n  taken', TlmWarning); warnings.warn('a library speaks')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == ["tlm: warning: a fallback taken"], proc.stderr
+
+
 @pytest.fixture
 def sigint_default():
     """SIGINT as Python sets it in a terminal (a CI job started in the background ignores it)."""

@@ -7,9 +7,8 @@ import importlib
 import json
 import os
 import sys
-import warnings
 
-from tlm.errors import TlmError, interrupted, sigint_flagged
+from tlm.errors import TlmError, interrupted, show_tlm_warnings, sigint_flagged
 
 # Stage modules that add their own sub-commands through `register_cli(subparsers)`.
 _STAGE_CLIS = ("tlm.space.sampling", "tlm.model.pretrain", "tlm.model.generate", "tlm.search.tune", "tlm.compiler.job",
@@ -109,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    warnings.filterwarnings("ignore")
+    show_tlm_warnings()  # other libraries' warnings hidden; tlm's fallbacks said in one line each
     args = build_parser().parse_args(argv)
     debug = args.debug or os.environ.get("TLM_DEBUG") == "1"
     with sigint_flagged():  # the handlers below run inside: `interrupted` still tells

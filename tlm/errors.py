@@ -15,6 +15,26 @@ class TlmError(Exception):
     """A user-facing failure (bad input, unsupported model, corrupt file)."""
 
 
+class TlmWarning(UserWarning):
+    """A fallback or a degradation the user must hear of (a program replaced, a pass left out,
+    an import done another way). The CLI hides other libraries' warnings and prints these as
+    one line each (`show_tlm_warnings`)."""
+
+
+def show_tlm_warnings(stream=None) -> None:
+    """Other libraries' warnings off; each TlmWarning as one line `tlm: warning: ...` on stderr."""
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        text = " ".join(str(message).split())
+        text = text[len("tlm: "):] if text.startswith("tlm: ") else text
+        print(f"tlm: warning: {text}", file=stream or sys.stderr, flush=True)
+
+    warnings.filterwarnings("ignore")
+    warnings.filterwarnings("always", category=TlmWarning)
+    warnings.showwarning = show
+
+
 _SIGINT = {"seen": False, "flagged": 0}
 
 

@@ -24,7 +24,7 @@ import warnings
 from typing import Any, Callable, Sequence
 
 from tlm.compiler.build import to_tvm
-from tlm.errors import TlmError, first_line, quiet_stderr
+from tlm.errors import TlmError, TlmWarning, first_line, quiet_stderr
 
 OPTIONS = ("budget", "db", "target", "model")  # torch.compile(..., options={...}) keys
 
@@ -32,7 +32,7 @@ OPTIONS = ("budget", "db", "target", "model")  # torch.compile(..., options={...
 def _warn(reason: str) -> None:
     # One line: an explicit location without source text (warnings.warn would point into
     # dynamo and print its source line); filter it with `-W ignore:::tlm.compiler.backend`.
-    warnings.warn_explicit(f"tlm: running this graph in eager PyTorch: {reason}", UserWarning,
+    warnings.warn_explicit(f"tlm: running this graph in eager PyTorch: {reason}", TlmWarning,
                            "torch.compile(backend='tlm')", 0, module=__name__)
 
 

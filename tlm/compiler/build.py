@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tlm.compiler.contenders import onnxruntime_ms, pytorch_ms
-from tlm.errors import TlmError
+from tlm.errors import TlmError, TlmWarning
 
 # Outputs must match the reference within ATOL + RTOL * max|reference| (float32 end to end).
 RTOL = 1e-3
@@ -302,7 +302,7 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
             os.remove(alt)
         if not final_pick["checked"][1]:  # never silent: a checked record built into a wrong model
             warnings.warn("the final pick's build did not match the reference: the records' own pick is applied",
-                          stacklevel=2)
+                          stacklevel=2, category=TlmWarning)
         built = [chosen]
     vm, got, rows = built[0]
     tuned = sum(1 for r in rows if r["status"] == "tuned")
@@ -313,10 +313,11 @@ def compile_imported(imported, db: str, target=None, output: str | None = None,
                           threads=runtime_threads(), target=info.config, task_rows=rows, db=os.path.abspath(db),
                           greedy_tasks=sum(1 for r in rows if r["status"] == "greedy"))
     if (note := model.untuned_note()) is not None:  # never silent: the user may expect tuned code
-        warnings.warn(note, stacklevel=2)
+        warnings.warn(note, stacklevel=2, category=TlmWarning)
     if info.kind == "llvm" and model.threads < (cores := physical_cores()):  # PyTorch and ONNX Runtime get as many
         warnings.warn(f"TVM runs this model on {model.threads} of this host's {cores} cores (its thread pool "
-                      "started before tlm was imported, or TVM_NUM_THREADS/OMP_NUM_THREADS says so)", stacklevel=2)
+                      "started before tlm was imported, or TVM_NUM_THREADS/OMP_NUM_THREADS says so)",
+                      stacklevel=2, category=TlmWarning)
     if got.shape != want.shape:
         raise TlmError(f"compiled output shape {got.shape} differs from the reference {want.shape}")
     model.max_abs_diff, model.tolerance = max_abs_diff(got, want), tolerance
@@ -401,7 +402,7 @@ def _recheck(db: str, tasks, info, picks: dict[str, Any], final: dict[str, Any])
         fix = recheck_greedy(database, tasks, info, picks)
         if not fix.wrong:
             warnings.warn(f"the model does not match its reference, and none of its {fix.checked} unmeasured "
-                          "programs is wrong on its own", stacklevel=3)
+                          "programs is wrong on its own", stacklevel=3, category=TlmWarning)
             return None
         picks.update(fix.picks)
         variants = _variants(database, tasks, info, picks, final)
@@ -410,5 +411,5 @@ def _recheck(db: str, tasks, info, picks: dict[str, Any], final: dict[str, Any])
     warnings.warn(f"{len(fix.wrong)} unmeasured program(s) gave wrong outputs when run alone and were replaced "
                   f"(the task's next program, or TVM's default schedule), the model built again: "
                   + "; ".join(fix.wrong[:3]) + (f" and {len(fix.wrong) - 3} more" if len(fix.wrong) > 3 else ""),
-                  stacklevel=3)
+                  stacklevel=3, category=TlmWarning)
     return variants

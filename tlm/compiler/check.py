@@ -8,6 +8,8 @@ import dataclasses
 import warnings
 from typing import Any, Callable
 
+from tlm.errors import TlmWarning
+
 
 def max_abs_diff(got, want) -> float:
     """Largest difference of the model's output from the reference: inf when the shapes differ or
@@ -39,8 +41,9 @@ def without_packing(build: Callable[[Any], list], cfg: Any, want, tolerance: flo
     plain = build(dataclasses.replace(cfg, pack_convs=False))
     if max_abs_diff(plain[0][1], want) > tolerance:  # the saved artifact is this build now
         warnings.warn("the model does not match its reference, with or without its convolution weights packed "
-                      "at compile time", stacklevel=3)
+                      "at compile time", stacklevel=3, category=TlmWarning)
         return plain
     warnings.warn("the model did not match its reference with its convolution weights packed at compile time "
-                  "(tlm.compiler.pack); built again with the weights as they are, it matches", stacklevel=3)
+                  "(tlm.compiler.pack); built again with the weights as they are, it matches",
+                  stacklevel=3, category=TlmWarning)
     return plain

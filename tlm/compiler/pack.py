@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import warnings
 
+from tlm.errors import TlmWarning
+
 # Operator words of the tasks whose weights are packed at compile time only (not during tuning).
 COMPILE_PACK_OPS = frozenset({"conv1d", "conv2d", "conv3d"})
 
@@ -81,7 +83,7 @@ def pack_records(msdb, target, ops: frozenset[str] = COMPILE_PACK_OPS):
                                                    target, rec.args_info))
         if unpacked:
             warnings.warn(f"weights left unpacked (RewriteLayout refused the program): {', '.join(unpacked)}",
-                          stacklevel=2)
+                          stacklevel=2, category=TlmWarning)
         return mod
 
     return _pass

@@ -41,6 +41,8 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
+from tlm.errors import TlmWarning
+
 _OP = "relax.nn.conv2d_transpose"
 _LEFT = "left as TVM's dilated transposed convolution"
 
@@ -211,9 +213,9 @@ def subpixel_conv_transpose(mod):
         relax.analysis.well_formed(out)
     except Exception as err:  # a graph this pass does not know: left as it was
         warnings.warn(f"tlm: transposed convs {_LEFT}: the rewrite failed ({first_line(err, limit=160)})",
-                      stacklevel=2)
+                      stacklevel=2, category=TlmWarning)
         return mod
     for reason, count in skipped.items():
         calls = "call" if count == 1 else "calls"
-        warnings.warn(f"tlm: {count} conv2d_transpose {calls} {_LEFT}: {reason}", stacklevel=2)
+        warnings.warn(f"tlm: {count} conv2d_transpose {calls} {_LEFT}: {reason}", stacklevel=2, category=TlmWarning)
     return out

@@ -14,9 +14,10 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from tlm.errors import TlmError, first_line, quiet_stderr, reason
+from tlm.errors import TlmError, TlmWarning, first_line, quiet_stderr, reason
 from tlm.graph.diagnose import IMPORT, PREPARE, explain, unsupported_onnx_ops, unsupported_torch_ops
 from tlm.graph.passes import prepare
+from tlm.graph.specialize import CHECKS, is_data_dependent, trace_on_examples
 
 
 @dataclass
@@ -65,7 +66,9 @@ def import_torch(module, example_inputs, source: str = "<module>", sink_reshapes
             exported = torch.export.export(module, example_inputs)
     except Exception as err:
         msg = first_line(err, last=False, limit=None)
-        raise TlmError(f"import failed: the model does not export with torch.export: {msg}") from None
+        if not is_data_dependent(err):
+            raise TlmError(f"import failed: the model does not export with torch.export: {msg}") from None
+        exported = _export_traced(module, example_inputs, msg)
     from tlm.graph.rewrite import promote_torch_arithmetic
 
     promote_torch_arithmetic(exported)  # int64 / 4 is float32, as in PyTorch
@@ -92,6 +95,25 @@ def import_torch(module, example_inputs, source: str = "<module>", sink_reshapes
 
     inputs = [x.detach().numpy() for x in example_inputs]
     return ImportedModel(source, _prepared(mod, sink_reshapes, conv_layout, fold_bn), inputs, reference, module, example_inputs)
+
+
+def _export_traced(module, example_inputs: tuple, reason: str):
+    """torch.export of the module traced on its example inputs (tlm.graph.specialize), said in a
+    warning: the export stopped on a value read from a tensor (`reason`)."""
+    import torch
+
+    with quiet_stderr():
+        traced = trace_on_examples(module, example_inputs, reason)
+    try:
+        with torch.no_grad(), quiet_stderr():
+            exported = torch.export.export(traced, example_inputs)
+    except Exception as err:
+        raise TlmError(f"import failed: the model does not export with torch.export ({reason}), nor once traced "
+                       f"on its example inputs: {first_line(err, last=False)}") from None
+    warnings.warn(f"tlm: torch.export stopped on a value read from a tensor ({reason[:120]}); "
+                  f"the model was traced on its example inputs instead, each such value fixed to the example's "
+                  f"(the same outputs as the model on {CHECKS} other inputs)", stacklevel=3, category=TlmWarning)
+    return exported
 
 
 def _prepared(mod, sink: bool = True, conv_layout: str | None = None, fold_bn: bool = False):
@@ -137,7 +159,7 @@ def import_onnx(path: str, conv_layout: str | None = None) -> ImportedModel:
         if mod is None:
             raise _refusal(err, unsupported_onnx_ops(model, reason(err)), "ONNX", path) from None
         warnings.warn(f"TVM's ONNX importer refused {os.path.basename(path)} ({first_line(err)}); imported it "
-                      "after ONNX Runtime's constant folding instead", stacklevel=2)
+                      "after ONNX Runtime's constant folding instead", stacklevel=2, category=TlmWarning)
 
     rng = np.random.default_rng(0)
     inputs = []

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from tlm.errors import TlmError
+from tlm.errors import TlmError, TlmWarning
 from tlm.model.choices import decoder
 from tlm.model.lanes import Batch, Lane
 
@@ -86,7 +86,8 @@ class Generator:
         # Silent when tlm.json lists this target or one of its kind, arch and ISA (a model
         # trained on several CPUs serves each of their classes).
         if model_targets(lm.meta) and not serves(lm.meta, self.target):
-            warnings.warn(f"model {lm.path} was trained for another target than {self.target.key}", stacklevel=2)
+            warnings.warn(f"model {lm.path} was trained for another target than {self.target.key}",
+                          stacklevel=2, category=TlmWarning)
 
     @classmethod
     def from_dir(cls, path: str | Path, target=None, device: str = "cpu") -> Generator:
