@@ -45,6 +45,7 @@ def test_a_padding_read_from_a_buffer_is_traced_exactly():
     err = _export_error(module, x)
     assert is_data_dependent(err), err
     traced = trace_on_examples(module, x, "stand-in reason")
+    assert not any("item" in str(n.target) for n in traced.graph.nodes)  # the padding is a number now
     torch.export.export(traced, x)  # the traced graph exports
     for seed in (5, 6):
         y = other_inputs(x, seed)
@@ -58,6 +59,27 @@ def test_a_size_from_the_input_values_is_refused_in_one_line():
     with pytest.raises(TlmError, match="depend on its input's values") as info:
         trace_on_examples(module, x, "guard")
     assert "\n" not in str(info.value)
+
+
+class SignBranch(torch.nn.Module):
+    """A branch on the input's values that two random other inputs may well take the same way:
+    the trace is refused for what it read, not for what the checks happened to see."""
+
+    def forward(self, x):
+        return x if x.sum() > -1e9 else -x
+
+
+def test_a_branch_on_the_input_values_is_refused_however_the_checks_fall():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tlm.graph.specialize import input_dependent_reads
+
+    x = (torch.randn(4, 8),)
+    with pytest.raises(TlmError, match="depend on its input's values"):
+        trace_on_examples(SignBranch(), x, "guard")
+    buffered = make_fx(BufferPadded().eval(), tracing_mode="real", pre_dispatch=True,
+                       _error_on_data_dependent_ops=False)(torch.randn(1, 4, 32))
+    assert input_dependent_reads(buffered) == []  # a buffer's value is no input's
 
 
 def test_other_inputs_keep_shapes_dtypes_and_ids_in_range():

@@ -8,10 +8,11 @@ data-dependent expression". Traced with real tensors (`make_fx(tracing_mode="rea
 value is read off the example run and fixed in the graph, which `torch.export` then takes. That
 is exact where the values come from constants or shapes; where they come from the input's values
 (a branch on `x.sum() > 0`, routing by value) the graph is only right for inputs like the
-example's. So the traced graph is checked against the module on other inputs of the same shapes
-(floats moved by their own spread, integers shuffled among the example's values, so that token
-ids stay in their vocabulary) and refused in one line where it differs; the caller says out loud
-that the model was traced.
+example's. So a trace that read a value computed from the inputs is refused in one line
+(`input_dependent_reads`: the graph's reads of tensor values, traced back to the inputs), and the
+traced graph is checked against the module on other inputs of the same shapes (floats moved by
+their own spread, integers shuffled among the example's values, so that token ids stay in their
+vocabulary); the caller says out loud that the model was traced.
 """
 
 from __future__ import annotations
@@ -83,12 +84,29 @@ def _difference(got, want) -> str | None:
     return None
 
 
+def input_dependent_reads(traced) -> list[str]:
+    """The operators of a real-tensor trace whose value or size was read off a tensor computed from
+    the model's inputs (`.item()`, a branch on a tensor, `nonzero`): what the trace fixed to the
+    example's values. Values read off constants (buffers, parameters) and the inputs' shapes (plain
+    integers in such a trace) are not in it."""
+    import torch
+
+    reading = {torch.Tag.data_dependent_output, torch.Tag.dynamic_output_shape}
+    from_input, reads = set(), []
+    for node in traced.graph.nodes:  # in order: a node's inputs come before it
+        if node.op == "placeholder" or any(a in from_input for a in node.all_input_nodes):
+            from_input.add(node)
+            if reading & set(getattr(node.target, "tags", ())):
+                reads.append(str(node.target).replace(".default", ""))
+    return reads
+
+
 def trace_on_examples(module, example_inputs: tuple, reason: str) -> Any:
     """`module` traced on `example_inputs` with real tensors: a torch.fx.GraphModule of PyTorch's
     operators (pre-dispatch, so LSTMs and convolutions stay whole) whose every data-dependent value
     is the example run's, checked against the module on `CHECKS` other inputs. `reason`: why
     `torch.export` refused the module, for the error. Raises TlmError (one line) where the trace
-    fails or gives other outputs than the module."""
+    fails, read a value computed from the inputs, or gives other outputs than the module."""
     import torch
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -97,10 +115,14 @@ def trace_on_examples(module, example_inputs: tuple, reason: str) -> Any:
         with torch.no_grad():
             traced = make_fx(module, tracing_mode="real", pre_dispatch=True,
                              _error_on_data_dependent_ops=False)(*example_inputs)
-        traced.graph.eliminate_dead_code()  # the reads of values fixed in the graph
-        traced.recompile()
     except Exception as err:
         raise TlmError(f"{lead}, nor traces on its example inputs: {first_line(err, last=False)}") from None
+    reads = input_dependent_reads(traced)
+    if reads:
+        raise TlmError(f"{lead}: its control flow or sizes depend on its input's values ({', '.join(reads[:3])} "
+                       "of a value computed from the input)")
+    traced.graph.eliminate_dead_code()  # the reads of values now fixed in the graph
+    traced.recompile()
     for i in range(CHECKS):
         inputs = other_inputs(example_inputs, seed=i + 1)
         with torch.no_grad():
