@@ -292,6 +292,34 @@ def _diffusion():
     return DiffusionBlock().eval(), (torch.randn(1, 4, 16, 16, generator=gen), torch.tensor([417.0]))
 
 
+def _encodec(**cfg):
+    """transformers' EnCodec with its codebooks set from the encoder's frames of the example input,
+    as training's k-means init would: left at transformers' zeros, every frame takes code 0 and
+    the output is the same for any input (a check of it checks only the decoder)."""
+    make = _hf("EncodecModel", "EncodecConfig", "audio_values",
+               lambda: (torch.randn(1, 1, 1600, generator=torch.Generator().manual_seed(0)),), **cfg)
+
+    def made():
+        wrapped, x = make()
+        codec, gen = wrapped.model, torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for conv in codec.modules():  # He init under the weight norm: transformers' N(0, 0.02) fades the signal
+                if isinstance(conv, (nn.Conv1d, nn.ConvTranspose1d)) and hasattr(conv, "parametrizations"):
+                    g, v = conv.parametrizations.weight.original0, conv.parametrizations.weight.original1
+                    nn.init.kaiming_normal_(v, generator=gen)
+                    g.copy_(torch.linalg.vector_norm(v, dim=[d for d in range(v.dim()) if g.shape[d] == 1],
+                                                     keepdim=True))  # weight = g * v / |v| = v
+            frames = codec.encoder(x[0]).transpose(1, 2).reshape(-1, codec.config.codebook_dim)
+            for layer in codec.quantizer.layers:  # residual vector quantisation: each layer codes what is left
+                book = layer.codebook
+                pick = torch.randint(0, frames.shape[0], (book.embed.shape[0],), generator=gen)
+                book.embed.copy_(frames[pick] + 0.1 * frames.std() * torch.randn(book.embed.shape, generator=gen))
+                frames = frames - book.decode(book.encode(frames))
+        return wrapped, x
+
+    return made
+
+
 def _series(cls_name: str, cfg_name: str, shape: tuple, field: str = "last_hidden_state", **cfg):
     inputs = lambda: (torch.randn(*shape, generator=torch.Generator().manual_seed(0)),)  # noqa: E731
     return _hf(cls_name, cfg_name, field, inputs, **cfg)
@@ -349,10 +377,8 @@ ENTRIES = [
           _text("XLNetModel", "XLNetConfig", 32, d_model=64, n_layer=2, n_head=4, d_inner=128)),
     Entry("encodec", "audio", "transformers EncodecModel (audio codec): SEANet conv encoder with LSTM, residual "
           "vector quantiser (nearest codebook), ConvTranspose1d decoder; 1 ch x 1600 samples",
-          _hf("EncodecModel", "EncodecConfig", "audio_values",
-              lambda: (torch.randn(1, 1, 1600, generator=torch.Generator().manual_seed(0)),),
-              num_filters=8, upsampling_ratios=[4, 4, 2], codebook_size=64, codebook_dim=32, hidden_size=32,
-              num_lstm_layers=1, target_bandwidths=[1.5], sampling_rate=8000)),
+          _encodec(num_filters=8, upsampling_ratios=[4, 4, 2], codebook_size=64, codebook_dim=32, hidden_size=32,
+                   num_lstm_layers=1, target_bandwidths=[1.5], sampling_rate=8000)),
     Entry("speech2text", "audio", "transformers Speech2TextModel encoder: Conv1d subsampler with GLU, sinusoidal "
           "positions; 80 filterbank features x 64 frames, d_model 64, 2 layers",
           _audio("Speech2TextModel", "Speech2TextConfig", (1, 64, 80), encoder=True, d_model=64, encoder_layers=2,

@@ -201,3 +201,79 @@ def test_dcgan_has_only_conv2d_tasks_and_matches_pytorch(host):
     with torch.no_grad():
         want = module(*x).numpy()
     np.testing.assert_allclose(_run(imported.mod, *[t.numpy() for t in x]), want, rtol=1e-4, atol=1e-4)
+
+
+def _check_1d(module, x: torch.Tensor, rewritten: bool = True) -> None:
+    from tlm.graph.importer import import_torch
+
+    mod = import_torch(module, (x,)).mod
+    assert ("conv1d_transpose" in mod.script()) is not rewritten, mod.script()
+    with torch.no_grad():
+        want = module(x).numpy()
+    np.testing.assert_allclose(_run(mod, x.numpy()), want, rtol=1e-4, atol=1e-4)
+
+
+CASES_1D = {  # name: (c_in, c_out, kernel, stride, padding, output_padding, N, W)
+    "encodec_k8s4": (8, 4, 8, 4, 0, 0, 1, 12),  # transformers' EnCodec decoder (its trim is a slice after)
+    "hifigan_k16s8p4": (6, 3, 16, 8, 4, 0, 1, 9),  # HiFi-GAN's upsampling
+    "k3s2p1op1": (4, 4, 3, 2, 1, 1, 2, 7),
+    "k5s1p2": (3, 5, 5, 1, 2, 0, 1, 6),  # stride 1: a flipped conv1d, no depth-to-space
+    "k2s3p0": (3, 2, 2, 3, 0, 2, 1, 5),  # the kernel shorter than the stride: zero taps
+}
+
+
+@pytest.mark.parametrize("bias,relu", [(True, False), (False, True)])
+@pytest.mark.parametrize("name", list(CASES_1D))
+def test_rewritten_transposed_conv1d_matches_pytorch(name, bias, relu):
+    c_in, c_out, k, s, p, op, n, w = CASES_1D[name]
+    torch.manual_seed(0)
+    layers = [torch.nn.ConvTranspose1d(c_in, c_out, k, s, p, output_padding=op, bias=bias)]
+    module = torch.nn.Sequential(*layers, *([torch.nn.ReLU()] if relu else [])).eval()
+    x = torch.randn(n, c_in, w, generator=torch.Generator().manual_seed(1))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="tlm: .*transposed")
+        _check_1d(module, x)
+
+
+@settings(max_examples=20, deadline=None)
+@given(_shapes())
+def test_any_small_transposed_conv1d_matches_pytorch(shape):
+    k, s, p, op, c_in, c_out, _, w = shape
+    torch.manual_seed(k * 10 + s)
+    module = torch.nn.ConvTranspose1d(c_in, c_out, k, s, p, output_padding=op).eval()
+    x = torch.randn(1, c_in, w, generator=torch.Generator().manual_seed(k * 100 + s))
+    _check_1d(module, x)
+
+
+def test_the_1d_weight_is_each_phase_flipped_sub_kernel():
+    from tlm.graph.deconv import subpixel_weight
+
+    w = np.arange(2 * 3 * 5, dtype="float32").reshape(2, 3, 5)  # IOW, K = 5
+    w2 = subpixel_weight(w, (2,))  # T = 3, 2 phases
+    assert w2.shape == (2 * 3, 2, 3)
+    for r in range(2):
+        for co in range(3):
+            for t in range(3):
+                k = r + 2 * (2 - t)
+                np.testing.assert_array_equal(w2[r * 3 + co, :, t], w[:, co, k] if k < 5 else 0.0)
+
+
+def test_a_grouped_conv1d_transpose_is_left_and_says_so():
+    module = torch.nn.ConvTranspose1d(4, 4, 4, 2, 1, groups=2).eval()
+    x = torch.randn(1, 4, 6, generator=torch.Generator().manual_seed(3))
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        _check_1d(module, x, rewritten=False)
+    assert _tlm_warnings(record) == [
+        "tlm: 1 conv1d_transpose call left as TVM's dilated transposed convolution: groups > 1"]
+
+
+def test_a_weight_normed_transposed_conv1d_is_rewritten():
+    """HiFi-GAN and EnCodec wrap their upsampling in weight norm: the weight is g * v / |v|,
+    computed from constants, and folded into one before the rewrite."""
+    torch.manual_seed(0)
+    module = torch.nn.utils.parametrizations.weight_norm(torch.nn.ConvTranspose1d(4, 3, 8, 4, 2)).eval()
+    x = torch.randn(1, 4, 10, generator=torch.Generator().manual_seed(4))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="tlm: .*transposed")
+        _check_1d(module, x)

@@ -1,4 +1,4 @@
-"""Transposed 2-D convs as one sub-pixel conv2d and a depth-to-space, run by
+"""Transposed 2-D and 1-D convs as one sub-pixel conv2d (conv1d) and a depth-to-space, run by
 `tlm.graph.passes.prepare` before the layout pass.
 
 TVM's TOPI legalizes `R.nn.conv2d_transpose` (PyTorch's `ConvTranspose2d`) as an ordinary
@@ -30,9 +30,12 @@ DCGAN's tasks are 5 conv2d and 5 of those). A stride of 1 on both axes is rewrit
 sub-pixel form is the plain convolution (flipped, transposed kernel, padding K-1-p) with no
 depth-to-space, which lets the layout pass give it NHWC as well. A 1x1 input (a generator's
 first layer) is a matmul instead (`_as_matmul`): as a conv it would read one real tap of K_h*K_w.
+`conv1d_transpose` (PyTorch's `ConvTranspose1d`: HiFi-GAN's and EnCodec's upsampling, k=2s) is the
+same with the h axis left out: a conv1d with s*C_out output channels, which the layout pass gives
+NWC, and a depth-to-space over w.
 
 Calls that do not qualify (a weight that is not a constant, groups > 1, dilation > 1, other
-layouts or dtypes than NCHW/IOHW float32, dynamic shapes) keep TVM's transposed convolution,
+layouts or dtypes than NCHW/IOHW (NCW/IOW) float32, dynamic shapes) keep TVM's transposed convolution,
 with one warning per reason; a graph the pass fails on is returned unchanged, with a warning.
 """
 
@@ -43,7 +46,7 @@ from dataclasses import dataclass
 
 from tlm.errors import TlmWarning
 
-_OP = "relax.nn.conv2d_transpose"
+_OPS = {2: "relax.nn.conv2d_transpose", 1: "relax.nn.conv1d_transpose"}  # spatial dims -> operator
 _LEFT = "left as TVM's dilated transposed convolution"
 
 
@@ -76,20 +79,24 @@ def _axis(n: int, k: int, s: int, pad_begin: int, out: int) -> _Axis:
     return _Axis(s, taps, lo, hi, size, start, out)
 
 
-def subpixel_weight(weight, strides: tuple[int, int]):
-    """The sub-pixel conv's OIHW weight from a transposed conv's IOHW weight (numpy):
+def subpixel_weight(weight, strides: tuple[int, ...]):
+    """The sub-pixel conv's OI(H)W weight from a transposed conv's IO(H)W weight (numpy), 1-D or 2-D:
     W2[(r_h*s_w + r_w)*C_out + co, ci, t_h, t_w] = Wpad[ci, co, r_h + s_h*(T_h-1-t_h), r_w + s_w*(T_w-1-t_w)],
-    Wpad the weight zero-padded at the end of each spatial axis to T*s taps."""
+    Wpad the weight zero-padded at the end of each spatial axis to T*s taps (1-D: the same without h)."""
+    import math
+
     import numpy as np
 
-    c_in, c_out, k_h, k_w = weight.shape
-    s_h, s_w = strides
-    t_h, t_w = -(-k_h // s_h), -(-k_w // s_w)
-    wpad = np.pad(weight, [(0, 0), (0, 0), (0, t_h * s_h - k_h), (0, t_w * s_w - k_w)])
+    c_in, c_out, *kernel = weight.shape
+    dims = len(kernel)
+    taps = [-(-k // s) for k, s in zip(kernel, strides)]
+    wpad = np.pad(weight, [(0, 0), (0, 0)] + [(0, t * s - k) for t, s, k in zip(taps, strides, kernel)])
     # tap k = j*s + r -> (j, r): [C_in, C_out, T_h, s_h, T_w, s_w]; flip j (t = T-1-j)
-    taps = wpad.reshape(c_in, c_out, t_h, s_h, t_w, s_w)[:, :, ::-1, :, ::-1, :]
+    split = wpad.reshape(c_in, c_out, *[v for t, s in zip(taps, strides) for v in (t, s)])
+    split = split[(slice(None), slice(None)) + (slice(None, None, -1), slice(None)) * dims]
     # -> [s_h, s_w, C_out, C_in, T_h, T_w] -> [s_h*s_w*C_out, C_in, T_h, T_w]
-    w2 = taps.transpose(3, 5, 1, 0, 2, 4).reshape(s_h * s_w * c_out, c_in, t_h, t_w)
+    order = [3 + 2 * i for i in range(dims)] + [1, 0] + [2 + 2 * i for i in range(dims)]
+    w2 = split.transpose(order).reshape(math.prod(strides) * c_out, c_in, *taps)
     return np.ascontiguousarray(w2)
 
 
@@ -97,8 +104,11 @@ def _ints(values) -> list[int]:
     return [int(v) for v in values]
 
 
-def _unqualified(call, weight) -> str | None:
-    """Why a conv2d_transpose call keeps TVM's form, or None when it is rewritten."""
+_LAYOUTS = {2: ("NCHW", "IOHW", "NCHW"), 1: ("NCW", "IOW", "NCW")}  # spatial dims -> data, kernel, out
+
+
+def _unqualified(call, weight, dims: int) -> str | None:
+    """Why a conv{dims}d_transpose call keeps TVM's form, or None when it is rewritten."""
     from tvm import relax
 
     from tlm.graph.layout import static_shape
@@ -110,14 +120,15 @@ def _unqualified(call, weight) -> str | None:
         return "groups > 1"
     if any(d != 1 for d in _ints(a.dilation)):
         return "dilation > 1"
-    if (str(a.data_layout), str(a.kernel_layout), str(a.out_layout)) != ("NCHW", "IOHW", "NCHW"):
-        return "a layout other than NCHW data, IOHW kernel, NCHW output"
+    if (str(a.data_layout), str(a.kernel_layout), str(a.out_layout)) != _LAYOUTS[dims]:
+        data, kernel, out = _LAYOUTS[dims]
+        return f"a layout other than {data} data, {kernel} kernel, {out} output"
     dtypes = {str(call.args[0].ty.dtype), str(weight.ty.dtype), str(call.ty.dtype)}
     if dtypes != {"float32"}:
         return "a dtype other than float32"
     if static_shape(call.args[0]) is None or static_shape(call) is None:
         return "a dynamic shape"
-    if len(_ints(a.padding)) != 4 or len(_ints(a.strides)) != 2:
+    if len(_ints(a.padding)) != 2 * dims or len(_ints(a.strides)) != dims:
         return "an unexpected padding or stride attribute"
     return None
 
@@ -144,34 +155,36 @@ def _as_matmul(builder, call, w):
     return relax.op.reshape(y, [n, c_out, out_h, out_w])
 
 
-def _subpixel(builder, call, weight):
+def _subpixel(builder, call, weight, dims: int):
     """The sub-pixel form of a qualifying call with constant `weight` (its intermediate values
-    emitted in `builder`)."""
+    emitted in `builder`), `dims` = 1 or 2 spatial axes."""
     from tvm import relax
 
     from tlm.graph.layout import static_shape
 
     x = call.args[0]
-    w = weight.value.numpy()  # [C_in, C_out, K_h, K_w]
-    n, _, h, wd = static_shape(x)
-    if (h, wd) == (1, 1) and min(_ints(call.attrs.padding)[:2]) >= 0:
+    w = weight.value.numpy()  # [C_in, C_out, K_h, K_w] (1-D: [C_in, C_out, K])
+    n, _, *spatial = static_shape(x)
+    if dims == 2 and tuple(spatial) == (1, 1) and min(_ints(call.attrs.padding)[:2]) >= 0:
         return _as_matmul(builder, call, w)
-    _, c_out, k_h, k_w = w.shape
-    s_h, s_w = _ints(call.attrs.strides)
-    top, left, _bottom, _right = _ints(call.attrs.padding)  # bottom, right and output_padding: in out_h, out_w
-    out_h, out_w = static_shape(call)[2:]
-    ah, aw = _axis(h, k_h, s_h, top, out_h), _axis(wd, k_w, s_w, left, out_w)
-    w2 = relax.const(subpixel_weight(w, (s_h, s_w)), "float32")
+    _, c_out, *kernel = w.shape
+    strides = _ints(call.attrs.strides)
+    begin = _ints(call.attrs.padding)[:dims]  # the end paddings and output_padding: in the output shape
+    outs = static_shape(call)[2:]
+    axes = [_axis(*args) for args in zip(spatial, kernel, strides, begin, outs)]
+    w2 = relax.const(subpixel_weight(w, tuple(strides)), "float32")
+    conv = relax.op.nn.conv2d if dims == 2 else relax.op.nn.conv1d
     # Z [N, s_h*s_w*C_out, M_h, M_w]
-    z = relax.op.nn.conv2d(x, w2, strides=1, padding=[ah.lo, aw.lo, ah.hi, aw.hi], out_dtype="float32")
-    if (s_h, s_w) != (1, 1):  # depth-to-space
+    z = conv(x, w2, strides=1, padding=[a.lo for a in axes] + [a.hi for a in axes], out_dtype="float32")
+    if any(s != 1 for s in strides):  # depth-to-space
         z = builder.emit(z)
-        z = builder.emit(relax.op.reshape(z, [n, s_h, s_w, c_out, ah.size, aw.size]))
-        z = builder.emit(relax.op.permute_dims(z, [0, 3, 4, 1, 5, 2]))  # [N, C_out, M_h, s_h, M_w, s_w]
-        z = relax.op.reshape(z, [n, c_out, ah.size * s_h, aw.size * s_w])
-    if (ah.start, aw.start, ah.size * s_h, aw.size * s_w) != (0, 0, out_h, out_w):
-        z = relax.op.strided_slice(builder.emit(z), axes=[2, 3], begin=[ah.start, aw.start],
-                                   end=[ah.start + out_h, aw.start + out_w])
+        z = builder.emit(relax.op.reshape(z, [n, *strides, c_out, *[a.size for a in axes]]))
+        # [N, C_out, M_h, s_h, M_w, s_w]
+        z = builder.emit(relax.op.permute_dims(z, [0, dims + 1] + [v for i in range(dims) for v in (dims + 2 + i, 1 + i)]))
+        z = relax.op.reshape(z, [n, c_out, *[a.size * a.stride for a in axes]])
+    if any(a.start != 0 or a.size * a.stride != a.out for a in axes):
+        z = relax.op.strided_slice(builder.emit(z), axes=list(range(2, 2 + dims)), begin=[a.start for a in axes],
+                                   end=[a.start + a.out for a in axes])
     return z
 
 
@@ -184,29 +197,35 @@ def subpixel_conv_transpose(mod):
     from tlm.errors import first_line
     from tlm.graph.layout import calls_op
 
-    op = tvm.ir.Op.get(_OP)
-    skipped: dict[str, int] = {}  # reason -> calls left
+    ops = {dims: tvm.ir.Op.get(name) for dims, name in _OPS.items()}
+    skipped: dict[tuple[str, str], int] = {}  # (operator, reason) -> calls left
 
     @relax.expr_functor.mutator
     class Rewrite(relax.PyExprMutator):
         def visit_call_(self, call):
             call = super().visit_call_(call)
-            if not (isinstance(call, relax.Call) and call.op.same_as(op)):
+            dims = next((d for d, op in ops.items() if isinstance(call, relax.Call) and call.op.same_as(op)), None)
+            if dims is None:
                 return call
             weight = call.args[1]
             if isinstance(weight, relax.Var) and isinstance(self.lookup_binding(weight), type(relax.const(0.0))):
                 weight = self.lookup_binding(weight)
-            reason = _unqualified(call, weight)
+            reason = _unqualified(call, weight, dims)
             if reason is not None:
-                skipped[reason] = skipped.get(reason, 0) + 1
+                key = (f"conv{dims}d_transpose", reason)
+                skipped[key] = skipped.get(key, 0) + 1
                 return call
-            return _subpixel(self.builder_, call, weight)
+            return _subpixel(self.builder_, call, weight, dims)
 
-    funcs = [gv for gv, f in mod.functions.items() if isinstance(f, relax.Function) and calls_op(f, op)]
+    funcs = [gv for gv, f in mod.functions.items()
+             if isinstance(f, relax.Function) and any(calls_op(f, op) for op in ops.values())]
     if not funcs:
         return mod
     try:
-        out = mod.clone()  # the caller's module stays as it was
+        # a weight computed from constants (PyTorch's weight norm, g * v / |v|: HiFi-GAN's, EnCodec's) folded
+        # into one first; FoldConstant returns a new module, so the caller's stays as it was
+        mod = relax.transform.FoldConstant()(mod)
+        out = mod.clone()
         for gv in funcs:
             out[gv] = Rewrite().visit_expr(mod[gv])
         out = relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(out))
@@ -215,7 +234,7 @@ def subpixel_conv_transpose(mod):
         warnings.warn(f"tlm: transposed convs {_LEFT}: the rewrite failed ({first_line(err, limit=160)})",
                       stacklevel=2, category=TlmWarning)
         return mod
-    for reason, count in skipped.items():
+    for (name, reason), count in skipped.items():
         calls = "call" if count == 1 else "calls"
-        warnings.warn(f"tlm: {count} conv2d_transpose {calls} {_LEFT}: {reason}", stacklevel=2, category=TlmWarning)
+        warnings.warn(f"tlm: {count} {name} {calls} {_LEFT}: {reason}", stacklevel=2, category=TlmWarning)
     return out
