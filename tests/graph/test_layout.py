@@ -239,13 +239,14 @@ def test_an_op_that_would_not_legalize_leaves_convs_unconverted(capfd, monkeypat
 
 class Conv1dStack(torch.nn.Module):
     """1-D convs as audio front ends write them (strided, padded and dilated, grouped, pointwise)
-    and a ConvTranspose1d between them: [1, 4, 64] -> [1, 6, 32]."""
+    and a ConvTranspose1d between them (`up_groups=2`: one tlm.graph.deconv leaves as it is):
+    [1, 4, 64] -> [1, 6, 32]."""
 
-    def __init__(self):
+    def __init__(self, up_groups: int = 1):
         super().__init__()
         self.a = torch.nn.Conv1d(4, 8, 5, stride=2, padding=2)
         self.b = torch.nn.Conv1d(8, 8, 3, padding=2, dilation=2, groups=4)
-        self.up = torch.nn.ConvTranspose1d(8, 8, 2, stride=2)
+        self.up = torch.nn.ConvTranspose1d(8, 8, 2, stride=2, groups=up_groups)
         self.c = torch.nn.Conv1d(8, 6, 1, stride=2)
 
     def forward(self, x):
@@ -254,18 +255,24 @@ class Conv1dStack(torch.nn.Module):
 
 
 def test_1d_convs_run_nwc_and_match(tmp_path, host, capfd):
-    """1-D convs take NWC/WIO (vectorized over channels, not strided positions); the transposed
-    1-D conv stays NCW/IOW, the only layout TOPI lowers it in; the compiled model matches."""
+    """1-D convs take NWC/WIO (vectorized over channels, not strided positions), the transposed
+    one too as a sub-pixel conv1d (tlm.graph.deconv); a transposed 1-D conv left as it is
+    (grouped) stays NCW/IOW, the only layout TOPI lowers it in; the compiled models match."""
     from tlm.graph.importer import import_torch
 
     torch.manual_seed(0)
     imported = import_torch(Conv1dStack().eval(), (torch.randn(1, 4, 64),))
     script = _script(imported)
     convs, transposed = _layouts_of(script, "R.nn.conv1d"), _layouts_of(script, "R.nn.conv1d_transpose")
-    assert len(convs) == 3 and all('data_layout="NWC", kernel_layout="WIO"' in c for c in convs), convs
-    assert len(transposed) == 1 and 'data_layout="NCW", kernel_layout="IOW"' in transposed[0], transposed
+    assert len(convs) == 4 and all('data_layout="NWC", kernel_layout="WIO"' in c for c in convs), convs
+    assert transposed == [], transposed
     assert _warnings(capfd) == []
     compiled = _compile_untuned(imported, tmp_path, host)
     assert compiled.matches, compiled.max_abs_diff
+    grouped = import_torch(Conv1dStack(up_groups=2).eval(), (torch.randn(1, 4, 64),))
+    transposed = _layouts_of(_script(grouped), "R.nn.conv1d_transpose")
+    assert len(transposed) == 1 and 'data_layout="NCW", kernel_layout="IOW"' in transposed[0], transposed
+    assert [w for w in _warnings(capfd) if "groups > 1" not in w] == []
+    assert _compile_untuned(grouped, tmp_path / "grouped", host).matches
     ncw = import_torch(Conv1dStack().eval(), (torch.randn(1, 4, 64),), conv_layout="NCHW")
     assert 'data_layout="NWC"' not in _script(ncw)
