@@ -457,8 +457,8 @@ def test_a_first_choice_that_redoes_work_gives_way_to_a_lean_one(capsys):
     ratios = {"slow": 28.4, "mild": 2.8, "lean": 1.0, "select": 4.0, "select2": 7.9, "select3": 8.1}
     tuner._flops_ratio = lambda t, g: ratios[g]
     assert tuner.first_choice(task, ["slow", "mild", "lean"]) == ["mild"]
-    assert capsys.readouterr().err == ("tlm: note: group_norm2: the model's first choice redoes work (TVM counts 28x "
-                                       "the task's flops: a reduction inside a loop it does not depend on); its choice #2 is used\n")
+    assert capsys.readouterr().err == ("tlm: note: group_norm2: the model's first choice redoes work (28x the task's work: "
+                                       "a reduction inside a loop it does not depend on); its choice #2 is used\n")
     assert tuner.first_choice(task, ["select2", "select"]) == ["select2"] and capsys.readouterr().err == ""
     assert tuner.first_choice(task, ["select3", "select"]) == ["select"]  # 8.1 > 2 x 4.0
     tuner._flops_ratio = lambda t, g: None  # no estimate: not judged

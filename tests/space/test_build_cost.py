@@ -64,3 +64,31 @@ def test_a_reduction_redone_in_an_outer_loop_counts_its_turns():
     assert ratio > 8  # the 32-wide sums of a row, redone for each of its 32 columns
     assert redundancy(ratio, lean_limit([ratio, 1.0])).startswith("redoes work")
     assert redundancy(1.3, lean_limit([ratio, 1.3])) is None and flops_ratio(sch.mod, 0.0) is None
+
+
+@pytest.mark.tvm
+def test_a_redone_reduction_counts_its_turns_whatever_the_rest_costs():
+    """A layer norm by the reduction blocks' runs over their domains (`reduction_redo`): 512 turns
+    of a row's 512-value sums; 1.0 for the task as written, for a matmul, and for sums of 32 values
+    redone (left to the flop ratio: such programs measured fast); `redone_work` judges the larger
+    of that and the flop ratio, so a redone reduction is seen even where the rest of the task
+    counts many flops a value."""
+    import tvm
+
+    from tlm.space.build_cost import flops_ratio, reduction_redo, redone_work
+
+    def redone(rows: int, cols: int):
+        task = w.layer_norm(rows, cols)
+        sch = tvm.s_tir.Schedule(task.mod)
+        _, col = sch.get_loops(sch.get_sblock("T_layer_norm"))
+        for name in ("x_var_sum", "x_mean", "x_sum"):
+            sch.compute_at(sch.get_sblock(name), col)
+        return task, sch.mod
+
+    task, mod = redone(4, 512)
+    assert reduction_redo(task.mod) == 1.0 and reduction_redo(w.matmul(16, 48, 32).mod) == 1.0
+    assert reduction_redo(mod) == pytest.approx(512.0)
+    assert redone_work(mod, task.flops) == pytest.approx(max(512.0, flops_ratio(mod, task.flops)))
+    assert redone_work(mod, task.flops * 1000) == pytest.approx(512.0)  # flops diluted: the runs still count
+    assert redone_work(mod, 0.0) is None
+    assert reduction_redo(redone(8, 32)[1]) == 1.0

@@ -143,11 +143,12 @@ class TlmTuner(Tuner):
         return self._flops_ratio(task, g) if self.config.lean_check else None
 
     def _flops_ratio(self, task: Task, g) -> float | None:
-        """TVM's flop estimate of a program over its task's (tlm.space.build_cost.flops_ratio), or None."""
-        from tlm.space.build_cost import flops_ratio
+        """How many times over a program does its task's work (tlm.space.build_cost.redone_work:
+        TVM's flop estimate over the task's, or a sizeable reduction's runs), or None."""
+        from tlm.space.build_cost import redone_work
 
         try:
-            return flops_ratio(self.schedule(task, g).mod, task.flops)
+            return redone_work(self.schedule(task, g).mod, task.flops)
         except Exception:  # noqa: BLE001 - no program to count: the build says why, not this check
             return None
 

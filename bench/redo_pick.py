@@ -1,0 +1,108 @@
+"""Budget-0 picks judged by the reduction blocks' runs as well as by TVM's flop estimate
+(tlm.space.build_cost.redone_work, 2026-12-06) against the flop estimate alone (the check before).
+
+For each model, every task's budget-0 choice is made both ways from the same ranked samples of the
+shipped TLM for this host; where they differ, both programs are compiled, checked against TVM's
+unscheduled program and timed alone in interleaved rounds (bench/lean_pick.py's timer).
+
+    python bench/redo_pick.py --models gn_decoder,poolformer,bert_base-b1-s128 [--rounds 5]
+
+Rows go to bench/results/redo-pick.json (appended, keyed by host and commit) and redo-pick.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))
+RESULTS = ROOT / "bench" / "results"
+
+
+def flop_ratio_choice(tuner, task, ranked: list) -> list:
+    """The budget-0 first choice as before 2026-12-06: redone work judged by the flop estimate alone."""
+    from tlm.space.build_cost import first_fine, flops_ratio, lean_limit, odd_lanes_problem, redundancy
+
+    ratios = {id(g): flops_ratio(tuner.schedule(task, g).mod, task.flops) for g in ranked}
+    limit = lean_limit(list(ratios.values()))
+    return first_fine(task.name, ranked, lambda g: redundancy(ratios[id(g)], limit)
+                      or odd_lanes_problem(tuner._build_cost(task, g)))
+
+
+def run_model(model: str, host, rounds: int) -> tuple[list[dict], int]:
+    from lean_pick import _tasks, _time_pair
+
+    from tlm.measure.database import open_db
+    from tlm.search.base import TuneConfig
+    from tlm.search.tlm_tuner import TlmTuner
+    from tlm.space.build_cost import reduction_redo
+
+    tasks = _tasks(model, host)
+    tuner = TlmTuner(tasks, open_db(tempfile.mkdtemp(prefix="redo-pick-")), host,
+                     TuneConfig(tuner="tlm", budget="0"), progress=False)
+    rows = []
+    for task in tasks:
+        ranked = tuner.choices(task)
+        new, old = tuner.first_choice(task, ranked), flop_ratio_choice(tuner, task, ranked)
+        if not new or not old or new[0] is old[0]:
+            continue
+        old_s, new_s = tuner.schedule(task, old[0]), tuner.schedule(task, new[0])
+        (old_us, new_us), diff = _time_pair(task, [old_s.mod, new_s.mod], host, rounds)
+        rows.append({"model": model, "task": task.name, "weight": task.weight,
+                     "old_redo": reduction_redo(old_s.mod), "new_redo": reduction_redo(new_s.mod),
+                     "old_us": round(old_us, 2), "new_us": round(new_us, 2), "max_abs_diff": diff})
+    return rows, len(tasks)
+
+
+def main() -> None:
+    from outside_zoo import _commit
+
+    from tlm.graph.target import resolve_target
+    from tlm.measure.shards import host_label
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", required=True)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    host = resolve_target(None)
+    run = {"date": time.strftime("%Y-%m-%d %H:%M"), "hardware": host_label(host), "commit": _commit(),
+           "command": "python bench/redo_pick.py " + " ".join(sys.argv[1:]), "models": [], "rows": []}
+    for model in args.models.split(","):
+        rows, count = run_model(model, host, args.rounds)
+        run["models"].append({"model": model, "tasks": count, "changed": len(rows)})
+        run["rows"] += rows
+        print(f"{model}: {count} tasks, {len(rows)} changed", file=sys.stderr)
+    path = RESULTS / "redo-pick.json"
+    runs = json.loads(path.read_text()) if path.exists() else []
+    runs.append(run)
+    path.write_text(json.dumps(runs, indent=1) + "\n")
+    (RESULTS / "redo-pick.md").write_text(report(runs))
+
+
+def report(runs: list[dict]) -> str:
+    """Every run: its models (tasks, changed) and one row per changed task."""
+    lines = ["# Budget-0 picks judged by redone reductions' runs (tlm.space.build_cost.redone_work)", "",
+             "Each run: the budget-0 choice with the reduction-run check against the flop ratio alone, from the same "
+             "ranked samples; where they differ, both programs timed alone on the host (us, median of the rounds), "
+             "outputs checked against TVM's unscheduled program. `redo`: the most a sizeable reduction runs over.", ""]
+    for r in runs:
+        lines += [f"## {r['date']}, {r['hardware']}, commit {r['commit']}", "", f"Command: `{r['command']}`", "",
+                  "Models (tasks, changed): " + ", ".join(f"{m['model']} ({m['tasks']}, {m['changed']})"
+                                                          for m in r["models"]), "",
+                  "| model | task | weight | old redo | new redo | old us | new us | old / new | max abs diff |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {x['model']} | {x['task'][:60]} | {x['weight']} | {x['old_redo']:.0f} | {x['new_redo']:.0f} | "
+                  f"{x['old_us']} | {x['new_us']} | {x['old_us'] / x['new_us']:.2f}x | {x['max_abs_diff']:.1e} |"
+                  for x in r["rows"]]
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
