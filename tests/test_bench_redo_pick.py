@@ -26,7 +26,7 @@ def test_report_lists_each_run_and_its_changed_tasks():
            "command": "python bench/redo_pick.py --models gn_decoder",
            "models": [{"model": "gn_decoder", "tasks": 11, "changed": 1}],
            "rows": [{"model": "gn_decoder", "task": "fused_group_norm2_tir_sigmoid2_multiply2", "weight": 1,
-                     "old_redo": 32.0, "new_redo": 1.0, "old_us": 626.7, "new_us": 26.43, "max_abs_diff": 1e-5}]}
+                     "changed": True, "rank": 1, "old_redo": 32.0, "new_redo": 1.0, "old_us": 626.7, "new_us": 26.43, "max_abs_diff": 1e-5}]}
     text = redo_pick.report([run])
     assert "Models (tasks, changed): gn_decoder (11, 1)" in text
-    assert "| gn_decoder | fused_group_norm2_tir_sigmoid2_multiply2 | 1 | 32 | 1 | 626.7 | 26.43 | 23.71x | 1.0e-05 |" in text
+    assert "| gn_decoder | fused_group_norm2_tir_sigmoid2_multiply2 | 1 | yes | 1 | 32 | 1 | 626.7 | 26.43 | 23.71x | 1.0e-05 |" in text

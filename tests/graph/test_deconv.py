@@ -29,12 +29,12 @@ def _deconv(c_in: int, c_out: int, k, s, p, op=0, bias: bool = True, relu: bool 
     return torch.nn.Sequential(*layers, *([torch.nn.ReLU()] if relu else [])).eval()
 
 
-def _check(module, x: torch.Tensor, rewritten: bool = True) -> None:
+def _check(module, x: torch.Tensor, rewritten: bool = True, op: str = "conv2d_transpose") -> None:
     """Imported through `import_torch` (which runs `prepare`), built and compared with PyTorch."""
     from tlm.graph.importer import import_torch
 
     mod = import_torch(module, (x,)).mod
-    assert ("conv2d_transpose" in mod.script()) is not rewritten, mod.script()
+    assert (op in mod.script()) is not rewritten, mod.script()
     with torch.no_grad():
         want = module(x).numpy()
     np.testing.assert_allclose(_run(mod, x.numpy()), want, rtol=1e-4, atol=1e-4)
@@ -204,13 +204,7 @@ def test_dcgan_has_only_conv2d_tasks_and_matches_pytorch(host):
 
 
 def _check_1d(module, x: torch.Tensor, rewritten: bool = True) -> None:
-    from tlm.graph.importer import import_torch
-
-    mod = import_torch(module, (x,)).mod
-    assert ("conv1d_transpose" in mod.script()) is not rewritten, mod.script()
-    with torch.no_grad():
-        want = module(x).numpy()
-    np.testing.assert_allclose(_run(mod, x.numpy()), want, rtol=1e-4, atol=1e-4)
+    _check(module, x, rewritten, op="conv1d_transpose")
 
 
 CASES_1D = {  # name: (c_in, c_out, kernel, stride, padding, output_padding, N, W)
