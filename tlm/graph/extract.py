@@ -36,7 +36,7 @@ def code_digest() -> str:
     """Digest of the code that defines models and extraction: editing it invalidates the cache."""
     here = Path(__file__).parent
     files = [here / "importer.py", here / "decompose.py", here / "converters.py", here / "passes.py", here / "layout.py", here / "widths.py", here / "rewrite.py",
-             here / "deconv.py", here / "batchnorm.py", here / "diagnose.py", here / "extract.py", here / "zoo.py", here / "tasks.py",
+             here / "deconv.py", here / "specialize.py", here / "batchnorm.py", here / "diagnose.py", here / "extract.py", here / "zoo.py", here / "tasks.py",
              *sorted((here / "models").glob("*.py"))]
     return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
 
