@@ -97,20 +97,20 @@ def import_torch(module, example_inputs, source: str = "<module>", sink_reshapes
     return ImportedModel(source, _prepared(mod, sink_reshapes, conv_layout, fold_bn), inputs, reference, module, example_inputs)
 
 
-def _export_traced(module, example_inputs: tuple, reason: str):
+def _export_traced(module, example_inputs: tuple, why: str):
     """torch.export of the module traced on its example inputs (tlm.graph.specialize), said in a
-    warning: the export stopped on a value read from a tensor (`reason`)."""
+    warning: the export stopped on a value read from a tensor (`why`)."""
     import torch
 
     with quiet_stderr():
-        traced = trace_on_examples(module, example_inputs, reason)
+        traced = trace_on_examples(module, example_inputs, why)
     try:
         with torch.no_grad(), quiet_stderr():
             exported = torch.export.export(traced, example_inputs)
     except Exception as err:
-        raise TlmError(f"import failed: the model does not export with torch.export ({reason}), nor once traced "
+        raise TlmError(f"import failed: the model does not export with torch.export ({why}), nor once traced "
                        f"on its example inputs: {first_line(err, last=False)}") from None
-    warnings.warn(f"tlm: torch.export stopped on a value read from a tensor ({reason[:120]}); "
+    warnings.warn(f"tlm: torch.export stopped on a value read from a tensor ({why[:120]}); "
                   f"the model was traced on its example inputs instead, each such value fixed to the example's "
                   f"(the same outputs as the model on {CHECKS} other inputs)", stacklevel=3, category=TlmWarning)
     return exported
