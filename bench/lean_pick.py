@@ -91,8 +91,8 @@ def run_model(model: str, cpu: str, host, rounds: int, lm: str | None = None) ->
         old_s, new_s = tuner.schedule(task, old[0]), tuner.schedule(task, new[0])
         (old_us, new_us), diff = _time_pair(task, [old_s.mod, new_s.mod], host, rounds)
         rows.append({"model": model, "cpu": cpu, "task": task.name, "kind": task.kind, "weight": task.weight,
-                     "old_ratio": round(tuner._flops_ratio(task, old[0]) or 0, 2),
-                     "new_ratio": round(tuner._flops_ratio(task, new[0]) or 0, 2),
+                     "old_ratio": round(tuner._redone_work(task, old[0]) or 0, 2),
+                     "new_ratio": round(tuner._redone_work(task, new[0]) or 0, 2),
                      "new_rank": ranked.index(new[0]) + 1, "old_us": round(old_us, 3), "new_us": round(new_us, 3),
                      "max_abs_diff": diff})
     return rows, len(tasks)

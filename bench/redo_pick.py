@@ -58,10 +58,10 @@ def run_model(model: str, host, rounds: int, top: int = 8) -> tuple[list[dict], 
         other, changed = old[0], new[0] is not old[0]
         if not changed:
             mods = [tuner.schedule(task, g).mod for g in ranked[:top]]
-            new_limit = lean_limit([redone_work(m, task.flops) for m in mods])
-            old_limit = lean_limit([flops_ratio(m, task.flops) for m in mods])
-            only = [g for g, m in zip(ranked, mods) if redundancy(redone_work(m, task.flops), new_limit)
-                    and not redundancy(flops_ratio(m, task.flops), old_limit)]
+            new_r, old_r = [redone_work(m, task.flops) for m in mods], [flops_ratio(m, task.flops) for m in mods]
+            new_limit, old_limit = lean_limit(new_r), lean_limit(old_r)
+            only = [g for g, n, o in zip(ranked, new_r, old_r)
+                    if redundancy(n, new_limit) and not redundancy(o, old_limit)]
             if not only:
                 continue
             other = only[0]

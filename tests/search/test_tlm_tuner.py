@@ -430,7 +430,7 @@ def test_first_choice_that_llvm_builds_in_time(capsys):
     task = SimpleNamespace(name="fused_conv1d")
     costs = {"a": 77616, "b": 9000, "c": 0, "d": 0}
     tuner._build_cost = lambda t, g: costs[g]
-    tuner._flops_ratio = lambda t, g: 1.0
+    tuner._redone_work = lambda t, g: 1.0
     assert tuner.first_choice(task, ["c", "a"]) == ["c"]
     assert capsys.readouterr().err == ""
     assert tuner.first_choice(task, ["a", "b", "c", "d"]) == ["c"]
@@ -455,15 +455,15 @@ def test_a_first_choice_that_redoes_work_gives_way_to_a_lean_one(capsys):
     tuner._build_cost = lambda t, g: 0
     task = SimpleNamespace(name="group_norm2")
     ratios = {"slow": 28.4, "mild": 2.8, "lean": 1.0, "select": 4.0, "select2": 7.9, "select3": 8.1}
-    tuner._flops_ratio = lambda t, g: ratios[g]
+    tuner._redone_work = lambda t, g: ratios[g]
     assert tuner.first_choice(task, ["slow", "mild", "lean"]) == ["mild"]
     assert capsys.readouterr().err == ("tlm: note: group_norm2: the model's first choice redoes work (28x the task's work: "
                                        "a reduction inside a loop it does not depend on); its choice #2 is used\n")
     assert tuner.first_choice(task, ["select2", "select"]) == ["select2"] and capsys.readouterr().err == ""
     assert tuner.first_choice(task, ["select3", "select"]) == ["select"]  # 8.1 > 2 x 4.0
-    tuner._flops_ratio = lambda t, g: None  # no estimate: not judged
+    tuner._redone_work = lambda t, g: None  # no estimate: not judged
     assert tuner.first_choice(task, ["slow"]) == ["slow"] and capsys.readouterr().err.count("note") == 1
-    tuner._flops_ratio = lambda t, g: ratios[g]
+    tuner._redone_work = lambda t, g: ratios[g]
     tuner.config = TuneConfig(lean_check=False)  # the check off (bench/pick.py --lean-check both): kept
     assert tuner.first_choice(task, ["slow", "mild"]) == ["slow"] and capsys.readouterr().err == ""
     assert tuner._lean(task, "slow")

@@ -140,9 +140,9 @@ class TlmTuner(Tuner):
 
     def _judged_ratio(self, task: Task, g) -> float | None:
         """The flops ratio the redone-work check judges, or None (not judged) with `TuneConfig.lean_check` off."""
-        return self._flops_ratio(task, g) if self.config.lean_check else None
+        return self._redone_work(task, g) if self.config.lean_check else None
 
-    def _flops_ratio(self, task: Task, g) -> float | None:
+    def _redone_work(self, task: Task, g) -> float | None:
         """How many times over a program does its task's work (tlm.space.build_cost.redone_work:
         TVM's flop estimate over the task's, or a sizeable reduction's runs), or None."""
         from tlm.space.build_cost import redone_work

@@ -30,6 +30,7 @@ is also the most a sizeable reduction block runs over its own domain (`reduction
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -133,43 +134,24 @@ def reduction_redo(mod) -> float:
     2026-12-06). Short reductions redone are left to the flop ratio: bert_base's layer norm that
     sums 32 partial sums again per column (768x) ran 11.8 us against 22.4 for the ranking's next,
     bert_tiny's softmax over 128 values redone 128x 31.7 against 53.7."""
-    from tvm import s_tir, tirx
+    from tvm import tirx
 
-    runs: list[tuple[int, int, bool]] = []  # (executions, domain, a reduction of REDO_MIN_VALUES or more)
+    from tlm.space.threads import stores
 
-    def visit(stmt, trip: int) -> None:
-        if isinstance(stmt, tirx.stmt.For):
-            extent = stmt.extent
-            visit(stmt.body, trip * (int(extent.value) if isinstance(extent, tirx.expr.IntImm) else 1))
-        elif isinstance(stmt, s_tir.SBlockRealize):
-            block = stmt.block
-            extents = [iv.dom.extent for iv in block.iter_vars]
-            if extents and all(isinstance(e, tirx.expr.IntImm) for e in extents):
-                domain = 1
-                for e in extents:
-                    domain *= int(e.value)
-                reduced = 1
-                for iv in block.iter_vars:
-                    if int(iv.iter_type) == tirx.IterVar.CommReduce:
-                        reduced *= int(iv.dom.extent.value)
-                reduction = reduced >= REDO_MIN_VALUES and any(
-                    int(iv.iter_type) == tirx.IterVar.CommReduce for iv in block.iter_vars)
-                runs.append((trip, max(domain, 1), reduction))
-            visit(block.body, trip)
-        elif isinstance(stmt, tirx.stmt.SeqStmt):
-            for child in stmt.seq:
-                visit(child, trip)
-        else:  # attributes, allocations, lets, branches: their statements run as often
-            for name in ("body", "then_case", "else_case"):
-                child = getattr(stmt, name, None)
-                if isinstance(child, tirx.Stmt):
-                    visit(child, trip)
-
-    for func in mod.functions.values():
-        if isinstance(func, tirx.PrimFunc):
-            visit(func.body, 1)
-    total = sum(r[0] for r in runs)
-    redo = [trip / domain for trip, domain, reduction in runs if reduction and trip >= REDO_SHARE * total]
+    runs: dict[Any, int] = {}  # SBlock -> its executions (its stores', init's included, are the same)
+    for executions, _, block in stores(mod):
+        if block is not None:
+            runs[block] = executions
+    total = sum(runs.values())
+    redo = []
+    for block, executions in runs.items():
+        extents = [iv.dom.extent for iv in block.iter_vars]
+        if not extents or not all(isinstance(e, tirx.expr.IntImm) for e in extents):
+            continue
+        reduced = math.prod(int(iv.dom.extent.value) for iv in block.iter_vars
+                            if int(iv.iter_type) == tirx.IterVar.CommReduce)
+        if reduced >= REDO_MIN_VALUES and executions >= REDO_SHARE * total:
+            redo.append(executions / max(1, math.prod(int(e.value) for e in extents)))
     return max(redo, default=1.0)
 
 

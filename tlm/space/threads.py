@@ -57,49 +57,57 @@ def _extent(loop) -> int:
     return int(loop.extent.value) if isinstance(loop.extent, tirx.expr.IntImm) else 1
 
 
-def _stores(stmt, iters: int, par: int, out: list[tuple[int, int]]) -> None:
-    """Append (executions, parallel extent around it) for every BufferStore under `stmt`."""
+def _stores(stmt, iters: int, par: int, out: list[tuple[int, int, Any]], block: Any = None) -> None:
+    """Append (executions, parallel extent around it, the SBlock it is in) for every BufferStore
+    under `stmt` (the executions: the extents of the loops around it multiplied)."""
     from tvm import s_tir, tirx
 
     if stmt is None:
         return
     if isinstance(stmt, tirx.stmt.BufferStore):
-        out.append((iters, par))
+        out.append((iters, par, block))
     elif isinstance(stmt, tirx.stmt.For):
         n = _extent(stmt)
-        _stores(stmt.body, iters * n, par * n if stmt.kind == tirx.stmt.ForKind.PARALLEL else par, out)
+        _stores(stmt.body, iters * n, par * n if stmt.kind == tirx.stmt.ForKind.PARALLEL else par, out, block)
     elif isinstance(stmt, tirx.stmt.SeqStmt):
         for s in stmt.seq:
-            _stores(s, iters, par, out)
+            _stores(s, iters, par, out, block)
     elif isinstance(stmt, s_tir.stmt.SBlockRealize):
-        _stores(stmt.block, iters, par, out)
+        _stores(stmt.block, iters, par, out, block)
     elif isinstance(stmt, s_tir.stmt.SBlock):
         if _PREPROC in stmt.annotations:
             return
-        _stores(stmt.init, iters, par, out)
-        _stores(stmt.body, iters, par, out)
+        _stores(stmt.init, iters, par, out, stmt)
+        _stores(stmt.body, iters, par, out, stmt)
     elif isinstance(stmt, tirx.stmt.IfThenElse):
-        _stores(stmt.then_case, iters, par, out)
-        _stores(stmt.else_case, iters, par, out)
+        _stores(stmt.then_case, iters, par, out, block)
+        _stores(stmt.else_case, iters, par, out, block)
     else:  # attributes, buffer declarations, bindings: what matters is inside
-        _stores(getattr(stmt, "body", None), iters, par, out)
+        _stores(getattr(stmt, "body", None), iters, par, out, block)
+
+
+def stores(mod: Any) -> list[tuple[int, int, Any]]:
+    """(executions, parallel extent around it, its SBlock) of every BufferStore of `mod`'s PrimFuncs
+    (the stores of compile-time layout-rewrite blocks left out: they are no work of a call)."""
+    from tvm import tirx
+
+    out: list[tuple[int, int, Any]] = []
+    for func in mod.functions.values():
+        if isinstance(func, tirx.PrimFunc):
+            _stores(func.body, 1, 1, out)
+    return out
 
 
 def speedup(mod: Any, threads: int) -> float:
     """Estimated time on one thread over time on `threads` threads of a scheduled IRModule (its
     PrimFuncs' stores, work-weighted); 1.0 when nothing runs in parallel or threads <= 1."""
-    from tvm import tirx
-
     if threads <= 1:
         return 1.0
-    stores: list[tuple[int, int]] = []
-    for func in mod.functions.values():
-        if isinstance(func, tirx.PrimFunc):
-            _stores(func.body, 1, 1, stores)
-    work = sum(n for n, _ in stores)
+    found = stores(mod)
+    work = sum(n for n, _, _ in found)
     if work == 0:
         return 1.0
-    return work / sum(n / loop_speedup(p, threads) for n, p in stores)
+    return work / sum(n / loop_speedup(p, threads) for n, p, _ in found)
 
 
 def _worth_threads(mod: Any, threads: int) -> bool:
