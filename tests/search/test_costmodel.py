@@ -340,3 +340,54 @@ def test_collector_ranks_with_the_cost_model_boosted_on_the_task(measured, cm_di
     assert got is not cm and got.booster.num_boosted_rounds() == cm.booster.num_boosted_rounds() + 5
     assert list((tmp_path / "features").rglob("*.npz"))
     assert task_model(measured, tasks[0], host, cm, LoopConfig(base="", work=str(tmp_path))) is cm
+
+
+_GROUP_NORM_FEATURES = """
+import sys
+import numpy as np
+from tvm import te, topi
+from tlm.graph.target import host_target
+from tlm.graph.tasks import task_from_mod
+from tlm.search.costmodel import features
+from tlm.space.design import random_program
+
+x = te.placeholder((1, 32, 32, 32), "float32", name="x")
+g, b = te.placeholder((32,), "float32", name="g"), te.placeholder((32,), "float32", name="b")
+task = task_from_mod(te.create_prim_func([x, g, b, topi.nn.group_norm(x, g, b, 8, 3, [1, 2], 1e-5)]),
+                     name="fused_group_norm")
+progs = [random_program(task, host_target(), s) for s in range(6)]
+np.save(sys.argv[1], features(task, [p.sch for p in progs if p.ok], host_target()))
+"""
+
+
+def test_a_programs_features_are_the_same_in_every_process(tmp_path):
+    """TOPI's group norm names three buffers `T_reshape`; PerStoreFeature broke their ties in
+    hash-map order, so two processes gave the same programs other features (36 values of 6 NHWC
+    1x32x32x32 programs differed before `unique_buffer_names`)."""
+    import subprocess
+    import sys
+
+    import tvm
+    import tvm_ffi
+    from tvm import te
+
+    from tlm.search.costmodel import unique_buffer_names
+
+    script = tmp_path / "gn.py"
+    script.write_text(_GROUP_NORM_FEATURES)
+    for k in range(2):
+        subprocess.run([sys.executable, str(script), str(tmp_path / f"{k}.npy")], check=True, timeout=300)
+    first, second = np.load(tmp_path / "0.npy"), np.load(tmp_path / "1.npy")
+    assert first.shape == (6, 329) and not np.isnan(first).any()
+    assert np.array_equal(first, second)
+
+    a = te.placeholder((4, 4), "float32", name="A")
+    b = te.compute((4, 4), lambda i, j: a[i, j] * 2, name="T_reshape")
+    c = te.compute((4, 4), lambda i, j: a[j, i] + 1, name="T_reshape")
+    d = te.compute((4, 4), lambda i, j: b[i, j] + c[i, j], name="T_reshape_1")  # the next suffix is taken
+    mod = tvm.IRModule({"main": te.create_prim_func([a, d])})
+    renamed = unique_buffer_names(mod)
+    names = [buf.name for buf in renamed["main"].body.block.alloc_buffers]
+    assert sorted(names) == ["T_reshape", "T_reshape_2"]  # the output T_reshape_1 is a parameter
+    assert tvm_ffi.structural_equal(renamed, mod)
+    assert unique_buffer_names(renamed) is renamed  # nothing to rename: the same object

@@ -90,6 +90,7 @@ def features(task: Task, schedules: list, target) -> np.ndarray:
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+    from tvm.s_tir.schedule import Schedule
 
     from tlm.space.intrin import light_tensor_intrin
 
@@ -100,12 +101,44 @@ def features(task: Task, schedules: list, target) -> np.ndarray:
     out = np.full((len(schedules), width), np.nan, dtype="float32")
     for i, sch in enumerate(schedules):
         try:
+            mod = unique_buffer_names(sch.mod)
+            if mod is not sch.mod:
+                sch = Schedule(mod)
             cand = MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
             f = fx.extract_from(ctx, [cand])[0].numpy()
         except Exception:  # noqa: BLE001 - one program's failure leaves its row NaN
             continue
         out[i] = np.concatenate([f.sum(0), f.max(0), [f.shape[0]]]) if f.shape[0] else 0.0
     return out
+
+
+def unique_buffer_names(mod):
+    """`mod`, or a copy whose buffers are named apart where two shared a name: each later one gets
+    the first free `_1`, `_2`, ... suffix. Why: `PerStoreFeature` orders a store's buffers by
+    (cache lines, bytes, name), and buffers tied on all three (TE names every reshape `T_reshape`)
+    came out in hash-map order, which differs between processes: the same program had other
+    features, hence another rank, in each run of a budget-0 compile."""
+    from tvm_ffi import serialization
+
+    graph = json.loads(serialization.to_json_graph_str(mod))
+    nodes = graph["nodes"]
+    # A buffer is a Var typed by a BufferType; the graph holds each object once, in a fixed order.
+    buffers = [n["data"] for n in nodes
+               if n.get("type") == "ir.Var" and nodes[n["data"]["ty"]].get("type") == "tirx.BufferType"]
+    names = [nodes[b["name"]]["data"] for b in buffers]
+    if len(set(names)) == len(names):
+        return mod
+    taken, seen = set(names), set()
+    for b, name in zip(buffers, names):
+        if name in seen:
+            k = 1
+            while f"{name}_{k}" in taken:
+                k += 1
+            taken.add(f"{name}_{k}")
+            nodes.append({"type": nodes[b["name"]]["type"], "data": f"{name}_{k}"})
+            b["name"] = len(nodes) - 1
+        seen.add(name)
+    return serialization.from_json_graph_str(json.dumps(graph))
 
 
 # What a CPU is to a cost model that learns several (CostModelConfig.cpu_columns): its vector width
