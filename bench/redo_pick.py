@@ -1,11 +1,13 @@
 """Budget-0 picks judged by the reduction blocks' runs as well as by TVM's flop estimate
-(tlm.space.build_cost.redone_work, 2026-12-06) against the flop estimate alone (the check before).
+(tlm.space.build_cost.redone_work, 2026-12-06) against an earlier check (`--before`): the flop
+estimate alone (`flops`, before commit cbc61f9) or the runs of long reductions only (`long`, from
+cbc61f9 until short reductions redone around a loop they depend on counted too).
 
 For each model, every task's budget-0 choice is made both ways from the same ranked samples of the
 shipped TLM for this host; where they differ, both programs are compiled, checked against TVM's
 unscheduled program and timed alone in interleaved rounds (bench/lean_pick.py's timer).
 
-    python bench/redo_pick.py --models gn_decoder,poolformer,bert_base-b1-s128 [--rounds 5]
+    python bench/redo_pick.py --models gn_decoder,poolformer,bert_base-b1-s128 [--rounds 5] [--before long]
 
 Rows go to bench/results/redo-pick.json (appended, keyed by host and commit) and redo-pick.md.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tempfile
 import time
@@ -25,17 +28,48 @@ sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results"
 
 
-def flop_ratio_choice(tuner, task, ranked: list) -> list:
-    """The budget-0 first choice as before 2026-12-06: redone work judged by the flop estimate alone."""
-    from tlm.space.build_cost import first_fine, flops_ratio, lean_limit, odd_lanes_problem, redundancy
+def long_redo_ratio(mod, task_flops: float) -> float | None:
+    """The redone-work ratio as judged from commit cbc61f9 on until short reductions counted: the flop
+    ratio or, if more, the runs over its domain of a reduction of at least REDO_MIN_VALUES values."""
+    from tvm import tirx
 
-    ratios = {id(g): flops_ratio(tuner.schedule(task, g).mod, task.flops) for g in ranked}
+    from tlm.space.build_cost import REDO_MIN_VALUES, REDO_SHARE, flops_ratio
+    from tlm.space.threads import stores
+
+    ratio = flops_ratio(mod, task_flops)
+    if ratio is None:
+        return None
+    runs = {st.block: st.executions for st in stores(mod) if st.block is not None}
+    total, redo = sum(runs.values()), [1.0]
+    for block, executions in runs.items():
+        extents = [iv.dom.extent for iv in block.iter_vars]
+        if not extents or not all(isinstance(e, tirx.expr.IntImm) for e in extents):
+            continue
+        reduced = math.prod(int(iv.dom.extent.value) for iv in block.iter_vars
+                            if int(iv.iter_type) == tirx.IterVar.CommReduce)
+        if reduced >= REDO_MIN_VALUES and executions >= REDO_SHARE * total:
+            redo.append(executions / max(1, math.prod(int(e.value) for e in extents)))
+    return max(ratio, *redo)
+
+
+def before_ratio(name: str):
+    """The ratio(mod, task_flops) of the check compared against (see the top)."""
+    from tlm.space.build_cost import flops_ratio
+
+    return {"flops": flops_ratio, "long": long_redo_ratio}[name]
+
+
+def choice_by(ratio, tuner, task, ranked: list) -> list:
+    """The budget-0 first choice judging redone work by `ratio(mod, task_flops)`."""
+    from tlm.space.build_cost import first_fine, lean_limit, odd_lanes_problem, redundancy
+
+    ratios = {id(g): ratio(tuner.schedule(task, g).mod, task.flops) for g in ranked}
     limit = lean_limit(list(ratios.values()))
     return first_fine(task.name, ranked, lambda g: redundancy(ratios[id(g)], limit)
                       or odd_lanes_problem(tuner._build_cost(task, g)))
 
 
-def run_model(model: str, host, rounds: int, top: int = 8) -> tuple[list[dict], int]:
+def run_model(model: str, host, rounds: int, before: str = "flops", top: int = 8) -> tuple[list[dict], int]:
     """One row per task whose budget-0 choice the check changes (`changed`), or else whose ranking
     holds, among its first `top`, a program only the reduction-run check refuses (timed against
     the pick: what the check would save were it ranked first)."""
@@ -44,7 +78,7 @@ def run_model(model: str, host, rounds: int, top: int = 8) -> tuple[list[dict], 
     from tlm.measure.database import open_db
     from tlm.search.base import TuneConfig
     from tlm.search.tlm_tuner import TlmTuner
-    from tlm.space.build_cost import flops_ratio, lean_limit, reduction_redo, redundancy, redone_work
+    from tlm.space.build_cost import lean_limit, reduction_redo, redundancy, redone_work
 
     tasks = _tasks(model, host)
     tuner = TlmTuner(tasks, open_db(tempfile.mkdtemp(prefix="redo-pick-")), host,
@@ -52,13 +86,14 @@ def run_model(model: str, host, rounds: int, top: int = 8) -> tuple[list[dict], 
     rows = []
     for task in tasks:
         ranked = tuner.choices(task)
-        new, old = tuner.first_choice(task, ranked), flop_ratio_choice(tuner, task, ranked)
+        old_ratio = before_ratio(before)
+        new, old = tuner.first_choice(task, ranked), choice_by(old_ratio, tuner, task, ranked)
         if not new or not old:
             continue
         other, changed = old[0], new[0] is not old[0]
         if not changed:
             mods = [tuner.schedule(task, g).mod for g in ranked[:top]]
-            new_r, old_r = [redone_work(m, task.flops) for m in mods], [flops_ratio(m, task.flops) for m in mods]
+            new_r, old_r = [redone_work(m, task.flops) for m in mods], [old_ratio(m, task.flops) for m in mods]
             new_limit, old_limit = lean_limit(new_r), lean_limit(old_r)
             only = [g for g, n, o in zip(ranked, new_r, old_r)
                     if redundancy(n, new_limit) and not redundancy(o, old_limit)]
@@ -83,12 +118,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", required=True)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--before", choices=("flops", "long"), default="flops", help="the earlier check compared against")
     args = ap.parse_args()
     host = resolve_target(None)
     run = {"date": time.strftime("%Y-%m-%d %H:%M"), "hardware": host_label(host), "commit": _commit(),
-           "command": "python bench/redo_pick.py " + " ".join(sys.argv[1:]), "models": [], "rows": []}
+           "command": "python bench/redo_pick.py " + " ".join(sys.argv[1:]), "before": args.before, "models": [],
+           "rows": []}
     for model in args.models.split(","):
-        rows, count = run_model(model, host, args.rounds)
+        rows, count = run_model(model, host, args.rounds, args.before)
         run["models"].append({"model": model, "tasks": count, "changed": sum(r["changed"] for r in rows)})
         run["rows"] += rows
         print(f"{model}: {count} tasks, {len(rows)} changed", file=sys.stderr)
@@ -102,13 +139,15 @@ def main() -> None:
 def report(runs: list[dict]) -> str:
     """Every run: its models (tasks, changed) and one row per changed task."""
     lines = ["# Budget-0 picks judged by redone reductions' runs (tlm.space.build_cost.redone_work)", "",
-             "Each run: the budget-0 choice with the reduction-run check against the flop ratio alone, from the same "
-             "ranked samples. A row: a task whose pick the check changes, or whose first 8 ranked programs hold one "
-             "only the new check refuses (its rank given); that program and the pick timed alone on the host (us, "
-             "median of the rounds), outputs checked against TVM's unscheduled program. `redo`: the most a sizeable "
-             "reduction runs over its domain (tlm.space.build_cost.reduction_redo).", ""]
+             "Each run: the budget-0 choice with the reduction-run check of its commit against an earlier check "
+             "(`before`: the flop ratio alone, or long reductions' runs only), from the same ranked samples. A row: "
+             "a task whose pick the check changes, or whose first 8 ranked programs hold one only the new check "
+             "refuses (its rank given); that program and the pick timed alone on the host (us, median of the "
+             "rounds), outputs checked against TVM's unscheduled program. `redo`: the most a reduction runs over "
+             "(tlm.space.build_cost.reduction_redo of the commit).", ""]
     for r in runs:
-        lines += [f"## {r['date']}, {r['hardware']}, commit {r['commit']}", "", f"Command: `{r['command']}`", "",
+        lines += [f"## {r['date']}, {r['hardware']}, commit {r['commit']}", "", f"Command: `{r['command']}`; "
+                  f"before: {r.get('before', 'flops')}", "", *([f"Note: {r['note']}.", ""] if r.get("note") else []),
                   "Models (tasks, changed): " + ", ".join(f"{m['model']} ({m['tasks']}, {m['changed']})"
                                                           for m in r["models"]), "",
                   "| model | task | weight | pick changed | refused program's rank | its redo | pick's redo | "

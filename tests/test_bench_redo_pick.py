@@ -10,15 +10,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import redo_pick  # noqa: E402
 
 
-def test_the_old_choice_judges_the_flop_ratio_alone(monkeypatch):
+def test_the_flops_choice_judges_the_flop_ratio_alone(monkeypatch):
     import tlm.space.build_cost as bc
 
     flops = {"redone": 2.1, "hidden": 1.0, "lean": 1.2, "wasteful": 30.0}
     tuner = SimpleNamespace(schedule=lambda task, g: SimpleNamespace(mod=g), _build_cost=lambda task, g: 0)
     monkeypatch.setattr(bc, "flops_ratio", lambda mod, f: flops[mod])
     task = SimpleNamespace(name="group_norm2", flops=1.0)
-    assert redo_pick.flop_ratio_choice(tuner, task, ["redone", "lean"]) == ["redone"]  # 2.1x passes the flop check
-    assert redo_pick.flop_ratio_choice(tuner, task, ["wasteful", "hidden"]) == ["hidden"]
+    assert redo_pick.choice_by(bc.flops_ratio, tuner, task, ["redone", "lean"]) == ["redone"]  # 2.1x passes the flop check
+    assert redo_pick.choice_by(bc.flops_ratio, tuner, task, ["wasteful", "hidden"]) == ["hidden"]
 
 
 def test_report_lists_each_run_and_its_changed_tasks():

@@ -70,7 +70,7 @@ def test_a_reduction_redone_in_an_outer_loop_counts_its_turns():
 def test_a_redone_reduction_counts_its_turns_whatever_the_rest_costs():
     """A layer norm by the reduction blocks' runs over their domains (`reduction_redo`): 512 turns
     of a row's 512-value sums; 1.0 for the task as written, for a matmul, and for sums of 32 values
-    redone (left to the flop ratio: such programs measured fast); `redone_work` judges the larger
+    redone in the innermost loop (LLVM hoists those: such programs measured fast); `redone_work` judges the larger
     of that and the flop ratio, so a redone reduction is seen even where the rest of the task
     counts many flops a value."""
     import tvm
@@ -92,3 +92,28 @@ def test_a_redone_reduction_counts_its_turns_whatever_the_rest_costs():
     assert redone_work(mod, task.flops * 1000) == pytest.approx(512.0)  # flops diluted: the runs still count
     assert redone_work(mod, 0.0) is None
     assert reduction_redo(redone(8, 32)[1]) == 1.0
+
+
+@pytest.mark.tvm
+def test_a_short_reduction_counts_the_loops_it_cannot_be_hoisted_out_of():
+    """Sums of 32 values redone inside the column loop, innermost (LLVM hoists them: 1.0), and
+    inside the row loop under the column loop (each row's sums redone for every column: 32); the
+    latter on 8 rows runs too few times (8,192) to count."""
+    import tvm
+
+    from tlm.space.build_cost import REDO_MIN_RUNS, reduction_redo
+
+    def redone(rows: int, outer_columns: bool):
+        task = w.layer_norm(rows, 32)
+        sch = tvm.s_tir.Schedule(task.mod)
+        row, col = sch.get_loops(sch.get_sblock("T_layer_norm"))
+        if outer_columns:
+            sch.reorder(col, row)
+        for name in ("x_var_sum", "x_mean", "x_sum"):
+            sch.compute_at(sch.get_sblock(name), row if outer_columns else col)
+        return sch.mod
+
+    assert 256 * 32 * 32 >= REDO_MIN_RUNS > 8 * 32 * 32
+    assert reduction_redo(redone(256, False)) == 1.0
+    assert reduction_redo(redone(256, True)) == pytest.approx(32.0)
+    assert reduction_redo(redone(8, True)) == 1.0

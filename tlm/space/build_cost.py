@@ -24,8 +24,9 @@ tile) ran faster than the 1.3x programs after them (bert_base's 66 us against 85
 8x. Some tasks count more in every program (an inlined select of four resizes: 4.0x), so the
 limit also rises with the leanest program ranked (`lean_limit`). Where the rest of a task counts
 many flops a value (a sigmoid), a redone reduction hides in the flop ratio, so the ratio judged
-is also the most a sizeable reduction block runs over its own domain (`reduction_redo`,
-`redone_work`).
+is also the most a reduction block runs over (`reduction_redo`, `redone_work`): a long one, each
+run over its domain; a short one, which LLVM unrolls and hoists out of the loops inside the
+last loop it depends on, only the turns of the loops around that one.
 """
 
 from __future__ import annotations
@@ -44,10 +45,15 @@ ODD_LANES_LIMIT = 4096
 # REDUNDANCY_SLACK times the leanest ranked program's (see above).
 REDUNDANCY_LIMIT = 8.0
 REDUNDANCY_SLACK = 2.0
-# A reduction block counts (reduction_redo) when it makes this share of a program's block executions
-# and reduces at least this many values a result (see reduction_redo).
+# A reduction block counts (reduction_redo) when it makes this share of a program's block executions;
+# one that reduces at least this many values a result counts every run, a shorter one only the turns
+# LLVM cannot hoist it out of (see reduction_redo).
 REDO_SHARE = 0.25
 REDO_MIN_VALUES = 256
+# A shorter reduction counts from this many runs of its block on: the softmax and group-norm programs
+# refused with fewer (4,096-32,768 runs, redone 16-1536x) ran 0.3-1.2 us, faster than the next
+# program; those with more (547K-590K runs) 1.55x and 14x slower (bench/results/redo-pick.md).
+REDO_MIN_RUNS = 1 << 17
 
 
 def _lanes(expr_type: Any) -> int:
@@ -124,35 +130,58 @@ def flops_ratio(mod, task_flops: float) -> float | None:
 
 
 def reduction_redo(mod) -> float:
-    """How many times over a reduction of `mod` (a scheduled IRModule) runs: a reduction block's
-    executions (the extents of the loops around it multiplied) over its own iteration domain, the
-    largest among the reduction blocks that reduce at least REDO_MIN_VALUES values a result and
-    make at least REDO_SHARE of the program's block executions; 1.0 when each runs once. TVM's
+    """How many times over a reduction of `mod` (a scheduled IRModule) runs, the largest among the
+    reduction blocks that make at least REDO_SHARE of the program's block executions; 1.0 when
+    each runs once. A reduction of at least REDO_MIN_VALUES values a result counts every run: its
+    executions (the extents of the loops around it multiplied) over its own iteration domain. TVM's
     flop estimate misses such a program when the rest of the task counts many flops a value
     (gn_decoder's group norm + SiLU: its statistics, 4,096 values a group, redone for each of 32
     rows counted 2.1x the task's flops and ran 626 us against 27 for the next program; znver4,
-    2026-12-06). Short reductions redone are left to the flop ratio: bert_base's layer norm that
-    sums 32 partial sums again per column (768x) ran 11.8 us against 22.4 for the ranking's next,
-    bert_tiny's softmax over 128 values redone 128x 31.7 against 53.7."""
+    2026-12-06). A shorter one counts only the loops it does not depend on that enclose a loop
+    its result does (`_redo_loops`): LLVM unrolls a short reduction and hoists it out of the loops
+    inside those, so bert_base's layer norm that sums 32 partial sums again for each of a row's
+    768 columns (the innermost loop) ran 11.8 us against 22.4 for the ranking's next (bert_tiny's
+    softmax over 128 values redone 128x: 31.7 against 53.7), while gn_decoder's group norm [1, 16,
+    16, 48] that sums 48 partial sums again in each of 16 x 16 pixels, loops around its channel
+    loop, ran 221 us against 15.5 (znver4, 2026-12-06). A short one whose block runs fewer than
+    REDO_MIN_RUNS times is not counted: at that size its redone runs cost a microsecond or so."""
     from tvm import tirx
 
     from tlm.space.threads import stores
 
-    runs: dict[Any, int] = {}  # SBlock -> its executions (its stores', init's included, are the same)
-    for executions, _, block in stores(mod):
-        if block is not None:
-            runs[block] = executions
-    total = sum(runs.values())
+    runs = {st.block: st for st in stores(mod) if st.block is not None}  # a block's stores run alike
+    total = sum(st.executions for st in runs.values())
     redo = []
-    for block, executions in runs.items():
+    for block, st in runs.items():
         extents = [iv.dom.extent for iv in block.iter_vars]
         if not extents or not all(isinstance(e, tirx.expr.IntImm) for e in extents):
             continue
         reduced = math.prod(int(iv.dom.extent.value) for iv in block.iter_vars
                             if int(iv.iter_type) == tirx.IterVar.CommReduce)
-        if reduced >= REDO_MIN_VALUES and executions >= REDO_SHARE * total:
-            redo.append(executions / max(1, math.prod(int(e.value) for e in extents)))
+        if reduced == 1 or st.executions < REDO_SHARE * total:
+            continue
+        if reduced >= REDO_MIN_VALUES:
+            redo.append(st.executions / max(1, math.prod(int(e.value) for e in extents)))
+        elif st.bindings is not None and st.executions >= REDO_MIN_RUNS:
+            redo.append(_redo_loops(block, st))
     return max(redo, default=1.0)
+
+
+def _redo_loops(block, st) -> float:
+    """The extents multiplied of the loops around a reduction block (`st`: one of its stores) that
+    none of its bindings uses and that enclose a loop one of its spatial bindings uses (loops of
+    extent 1 left out): the turns LLVM cannot hoist it out of."""
+    from tvm import tirx
+    from tvm.tirx.analysis import undefined_vars
+
+    def used(values) -> set:
+        return {v for e in values for v in undefined_vars(e)}
+
+    spatial = used(e for iv, e in zip(block.iter_vars, st.bindings) if int(iv.iter_type) != tirx.IterVar.CommReduce)
+    every = used(st.bindings)
+    loops = [lp for lp in st.loops if isinstance(lp.extent, tirx.expr.IntImm) and int(lp.extent.value) > 1]
+    last = max((i for i, lp in enumerate(loops) if lp.loop_var in spatial), default=-1)
+    return float(math.prod(int(lp.extent.value) for lp in loops[:last] if lp.loop_var not in every))
 
 
 def redone_work(mod, task_flops: float) -> float | None:

@@ -23,7 +23,7 @@ predictions are too rough for the rest).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 # One trip through TVM's thread pool (start and join a parallel loop): 8-10 us on the 2-core hosts
 # measured (znver3, tlm.space.serial). Without it a 6 us task's serial record lost to a parallel
@@ -57,41 +57,53 @@ def _extent(loop) -> int:
     return int(loop.extent.value) if isinstance(loop.extent, tirx.expr.IntImm) else 1
 
 
-def _stores(stmt, iters: int, par: int, out: list[tuple[int, int, Any]], block: Any = None) -> None:
-    """Append (executions, parallel extent around it, the SBlock it is in) for every BufferStore
-    under `stmt` (the executions: the extents of the loops around it multiplied)."""
+class Store(NamedTuple):
+    """A BufferStore of a program, where it runs."""
+
+    executions: int  # the extents of the loops around it multiplied
+    par: int  # the parallel loops' extents around it multiplied
+    block: Any  # the SBlock it is in (None: outside any block)
+    loops: tuple = ()  # the For loops around its block's SBlockRealize, outermost first
+    bindings: Any = None  # that SBlockRealize's iter_values (the block's iter vars in loop vars)
+
+
+def _stores(stmt, iters: int, par: int, out: list[Store], block: Any = None, loops: tuple = (),
+            at: tuple = ((), None)) -> None:
+    """Append a Store for every BufferStore under `stmt`; `loops`: the For loops around `stmt`,
+    `at`: (loops, bindings) of the block realize `stmt` is in."""
     from tvm import s_tir, tirx
 
     if stmt is None:
         return
     if isinstance(stmt, tirx.stmt.BufferStore):
-        out.append((iters, par, block))
+        out.append(Store(iters, par, block, *at))
     elif isinstance(stmt, tirx.stmt.For):
         n = _extent(stmt)
-        _stores(stmt.body, iters * n, par * n if stmt.kind == tirx.stmt.ForKind.PARALLEL else par, out, block)
+        _stores(stmt.body, iters * n, par * n if stmt.kind == tirx.stmt.ForKind.PARALLEL else par, out, block,
+                loops + (stmt,), at)
     elif isinstance(stmt, tirx.stmt.SeqStmt):
         for s in stmt.seq:
-            _stores(s, iters, par, out, block)
+            _stores(s, iters, par, out, block, loops, at)
     elif isinstance(stmt, s_tir.stmt.SBlockRealize):
-        _stores(stmt.block, iters, par, out, block)
+        _stores(stmt.block, iters, par, out, block, loops, (loops, stmt.iter_values))
     elif isinstance(stmt, s_tir.stmt.SBlock):
         if _PREPROC in stmt.annotations:
             return
-        _stores(stmt.init, iters, par, out, stmt)
-        _stores(stmt.body, iters, par, out, stmt)
+        _stores(stmt.init, iters, par, out, stmt, loops, at)
+        _stores(stmt.body, iters, par, out, stmt, loops, at)
     elif isinstance(stmt, tirx.stmt.IfThenElse):
-        _stores(stmt.then_case, iters, par, out, block)
-        _stores(stmt.else_case, iters, par, out, block)
+        _stores(stmt.then_case, iters, par, out, block, loops, at)
+        _stores(stmt.else_case, iters, par, out, block, loops, at)
     else:  # attributes, buffer declarations, bindings: what matters is inside
-        _stores(getattr(stmt, "body", None), iters, par, out, block)
+        _stores(getattr(stmt, "body", None), iters, par, out, block, loops, at)
 
 
-def stores(mod: Any) -> list[tuple[int, int, Any]]:
-    """(executions, parallel extent around it, its SBlock) of every BufferStore of `mod`'s PrimFuncs
-    (the stores of compile-time layout-rewrite blocks left out: they are no work of a call)."""
+def stores(mod: Any) -> list[Store]:
+    """Every BufferStore of `mod`'s PrimFuncs (the stores of compile-time layout-rewrite blocks left
+    out: they are no work of a call)."""
     from tvm import tirx
 
-    out: list[tuple[int, int, Any]] = []
+    out: list[Store] = []
     for func in mod.functions.values():
         if isinstance(func, tirx.PrimFunc):
             _stores(func.body, 1, 1, out)
@@ -104,10 +116,10 @@ def speedup(mod: Any, threads: int) -> float:
     if threads <= 1:
         return 1.0
     found = stores(mod)
-    work = sum(n for n, _, _ in found)
+    work = sum(st.executions for st in found)
     if work == 0:
         return 1.0
-    return work / sum(n / loop_speedup(p, threads) for n, p, _ in found)
+    return work / sum(st.executions / loop_speedup(st.par, threads) for st in found)
 
 
 def _worth_threads(mod: Any, threads: int) -> bool:
