@@ -1,11 +1,12 @@
 """Odd widths (tlm.graph.widths, issue 48 item 3): a matmul of a width without a factor of 8 is
-computed as a round part and a padded tail, each with its epilogue, and still matches PyTorch;
-round widths and graphs the pass does not know are left exactly as they were."""
+computed as a round part and a padded tail, each with its epilogue, and a conv of such a width
+padded whole, and still match PyTorch; round widths and graphs the pass does not know are left
+exactly as they were."""
 
 import pytest
 import torch
 
-from tlm.graph.widths import width_parts
+from tlm.graph.widths import conv_width_parts, width_parts
 
 
 def test_the_rule_splits_only_widths_without_a_factor_of_8():
@@ -15,6 +16,41 @@ def test_the_rule_splits_only_widths_without_a_factor_of_8():
     assert width_parts(61) == ((61, 64),)
     # A factor of 8 (1000: the zoo's classifier heads), or a third more work (24 -> 32, 37 -> 48).
     assert [width_parts(n) for n in (1024, 1000, 768, 3072, 16, 8, 24, 37, 1, 2, 0)] == [None] * 11
+
+
+def test_a_conv_width_is_padded_to_a_multiple_of_8_whatever_the_extra_work():
+    assert [conv_width_parts(n) for n in (12, 36, 21, 3, 1, 255, 1031)] == [
+        ((12, 16),), ((36, 40),), ((21, 24),), ((3, 8),), ((1, 8),), ((255, 256),), ((1031, 1032),)]
+    assert [conv_width_parts(n) for n in (8, 16, 48, 1024, 0)] == [None] * 5
+
+
+@pytest.mark.tvm
+@pytest.mark.parametrize("dims", [1, 2])
+def test_an_odd_conv_is_padded_with_its_epilogue_and_matches_pytorch(dims):
+    """Conv (12 channels) -> BatchNorm -> ReLU -> a 1x1 conv reading all 12: the first conv and its
+    epilogue compute 16 channels, one slice gives the 12 back; a depthwise conv of 12 channels
+    (one group per channel) is left as it is."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    from tlm.graph.importer import import_torch
+
+    nn = torch.nn
+    conv, bn = (nn.Conv1d, nn.BatchNorm1d) if dims == 1 else (nn.Conv2d, nn.BatchNorm2d)
+    torch.manual_seed(0)
+    block = nn.Sequential(conv(8, 12, 3, padding=1), bn(12), nn.ReLU(), conv(12, 12, 3, padding=1, groups=12),
+                          conv(12, 8, 1)).eval()
+    with torch.no_grad():
+        block[1].running_mean.uniform_(-1, 1), block[1].running_var.uniform_(0.5, 2)
+    x = torch.randn(1, 8, *[10] * dims)
+    mod = import_torch(block, (x,)).mod
+    script = mod["main"].script()
+    assert script.count("R.strided_slice") == 1, script
+    assert f"R.Tensor((1, {', '.join(['10'] * dims)}, 16)" in script, script
+    vm = relax.VirtualMachine(relax.build(mod, target="llvm"), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x.numpy())).numpy()
+    np.testing.assert_allclose(got, block(x).detach().numpy(), rtol=1e-4, atol=1e-5)
 
 
 def _linear(width: int, k: int = 64) -> torch.nn.Module:

@@ -29,7 +29,8 @@ from tlm.graph.tasks import Task, task_from_mod
 # 4: zero pads folded into convs, 2-D convs in NHWC (tlm.graph.layout).
 # 5: transposed 2-D convs as one sub-pixel conv2d + depth-to-space (tlm.graph.deconv).
 # 6: 1-D convs in NWC (tlm.graph.layout).
-EXTRACT_VERSION = 6
+# 7: convs' output widths padded to a multiple of 8 (tlm.graph.widths).
+EXTRACT_VERSION = 7
 
 
 def code_digest() -> str:
