@@ -334,3 +334,24 @@ def test_a_task_with_other_block_names_is_applied(tmp_path, host):
         assert model.matches
         (row,) = [r for r in model.task_rows if r["hash"] == ln_b.hash]
         assert row["status"] == "greedy", (db, row)
+
+
+def test_a_packing_that_would_lose_values_is_left_out(host):
+    """RewriteLayout takes a weight's packed layout from the region the program reads: a conv
+    padded to 8 channels whose bias is added in its slice's block (3 channels kept) read 3 of the
+    8 values, and the packing wrote `packed[c % 3] = bias[c]` for all 8 (the model came out
+    wrong). Such a program keeps its weights as they are; with the bias added over all 8 it packs."""
+    import torch
+    import tvm
+
+    from tlm.compiler.pack import packed_schedule
+    from tlm.graph.extract import load
+
+    _, tasks = load(torch.nn.Conv2d(16, 3, 3, padding=1).eval(), (torch.randn(1, 16, 8, 8),), host)
+    task = next(t for t in tasks if t.name == "fused_conv2d_add_strided_slice")
+    marked = tvm.IRModule({"main": task.mod["main"].with_attr("layout_free_buffers", [1, 2])})
+    sch = tvm.s_tir.Schedule(task.mod)
+    assert packed_schedule(marked, sch.trace)[1]
+    sch.compute_inline(sch.get_sblock("T_add"))
+    packed, ok = packed_schedule(marked, sch.trace)
+    assert not ok and "layout_rewrite_preproc" not in packed.mod.script()

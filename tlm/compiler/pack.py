@@ -29,7 +29,8 @@ COMPILE_PACK_OPS = frozenset({"conv1d", "conv2d", "conv3d"})
 def packed_schedule(marked, trace):
     """(schedule, packed): the program of `trace` (a Trace or its JSON) on the IRModule `marked`
     (layout-free weights) with MetaSchedule's RewriteLayout on top; where RewriteLayout refuses
-    the program, the program as it is on a fresh schedule and False."""
+    the program or would lose values (`_lossless`), the program as it is on a fresh schedule and
+    False."""
     from tvm.s_tir import Schedule
     from tvm.s_tir.meta_schedule.postproc import RewriteLayout
     from tvm.s_tir.schedule import Trace
@@ -44,11 +45,31 @@ def packed_schedule(marked, trace):
 
     sch = replayed()
     try:
-        if RewriteLayout().apply(sch):
-            return sch, True
+        rewritten = RewriteLayout().apply(sch)
     except Exception:  # noqa: BLE001 - the program stands without its packing
-        pass
+        rewritten = False
+    if rewritten and _lossless(sch):
+        return sch, True
     return replayed(), False
+
+
+def _lossless(sch) -> bool:
+    """Whether each packing block of `sch` (RewriteLayout's `layout_rewrite_preproc`) writes as many
+    values as it reads. RewriteLayout takes the packed layout from the region the program reads,
+    and where that is part of the buffer it folds the rest onto it: a conv padded to 8 channels
+    (tlm.graph.widths) whose slice keeps 3 read its bias for those 3, and the packing wrote
+    `packed[c % 3] = bias[c]` for all 8, so the model came out wrong (caught by its check)."""
+    import math
+
+    def size(buffer) -> int:  # a block's region names its buffer by its variable, typed by its shape
+        return math.prod(int(d) for d in buffer.ty.shape)
+
+    for rv in sch.get_child_blocks(sch.get_sblock("root")):
+        block = sch.get(rv)
+        if "meta_schedule.layout_rewrite_preproc" in block.annotations and block.reads and block.writes \
+                and size(block.writes[0].source) < size(block.reads[0].source):
+            return False
+    return True
 
 
 def pack_records(msdb, target, ops: frozenset[str] = COMPILE_PACK_OPS):
@@ -82,7 +103,8 @@ def pack_records(msdb, target, ops: frozenset[str] = COMPILE_PACK_OPS):
             msdb.commit_tuning_record(TuningRecord(sch.trace, msdb.commit_workload(marked), rec.run_secs,
                                                    target, rec.args_info))
         if unpacked:
-            warnings.warn(f"weights left unpacked (RewriteLayout refused the program): {', '.join(unpacked)}",
+            warnings.warn(f"weights left unpacked (RewriteLayout refused the program, or its packing would lose "
+                          f"values): {', '.join(unpacked)}",
                           stacklevel=2, category=TlmWarning)
         return mod
 
