@@ -54,6 +54,11 @@ REDO_MIN_VALUES = 256
 # refused with fewer (4,096-32,768 runs, redone 16-1536x) ran 0.3-1.2 us, faster than the next
 # program; those with more (547K-590K runs) 1.55x and 14x slower (bench/results/redo-pick.md).
 REDO_MIN_RUNS = 1 << 17
+# ... and from this many turns it cannot be hoisted out of on: style_transfer's instance norms [1,16,16,64]
+# redo their partial sums 16x in 21 of their first 22 ranked programs (51-73 us), and refusing them
+# walked the ranking down to a program LLVM did not build in 30 s; redone 45x and 256x they ran 1.5x
+# and 14x slower than the next program.
+REDO_MIN_TURNS = 32
 
 
 def _lanes(expr_type: Any) -> int:
@@ -144,7 +149,7 @@ def reduction_redo(mod) -> float:
     softmax over 128 values redone 128x: 31.7 against 53.7), while gn_decoder's group norm [1, 16,
     16, 48] that sums 48 partial sums again in each of 16 x 16 pixels, loops around its channel
     loop, ran 221 us against 15.5 (znver4, 2026-12-06). A short one whose block runs fewer than
-    REDO_MIN_RUNS times is not counted: at that size its redone runs cost a microsecond or so."""
+    REDO_MIN_RUNS times, or that turns fewer than REDO_MIN_TURNS times, is not counted."""
     from tvm import tirx
 
     from tlm.space.threads import stores
@@ -163,7 +168,8 @@ def reduction_redo(mod) -> float:
         if reduced >= REDO_MIN_VALUES:
             redo.append(st.executions / max(1, math.prod(int(e.value) for e in extents)))
         elif st.bindings is not None and st.executions >= REDO_MIN_RUNS:
-            redo.append(_redo_loops(block, st))
+            turns = _redo_loops(block, st)
+            redo.append(turns if turns >= REDO_MIN_TURNS else 1.0)
     return max(redo, default=1.0)
 
 
