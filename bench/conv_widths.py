@@ -94,15 +94,15 @@ def main() -> None:
     host = resolve_target(None)
     run = {"date": time.strftime("%Y-%m-%d %H:%M"), "hardware": host_label(host), "commit": _commit(),
            "command": "python bench/conv_widths.py " + " ".join(sys.argv[1:]), "rows": []}
+    path = RESULTS / "conv_widths.json"
+    runs = json.loads(path.read_text()) if path.exists() else []
+    runs.append(run)
     for name in args.models.split(","):
         row = run_model(name, host, args.rounds)
         run["rows"].append(row)
         print(f"{name}: padded {row['padded']['ms']} ms, as imported {row['as imported']['ms']} ms", file=sys.stderr)
-    path = RESULTS / "conv_widths.json"
-    runs = json.loads(path.read_text()) if path.exists() else []
-    runs.append(run)
-    path.write_text(json.dumps(runs, indent=1) + "\n")
-    (RESULTS / "conv_widths.md").write_text(report(runs))
+        path.write_text(json.dumps(runs, indent=1) + "\n")  # after each model: a stopped run keeps its rows
+        (RESULTS / "conv_widths.md").write_text(report(runs))
 
 
 def report(runs: list[dict]) -> str:
