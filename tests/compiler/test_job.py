@@ -338,16 +338,16 @@ def test_a_task_with_other_block_names_is_applied(tmp_path, host):
 
 def test_a_packing_that_would_lose_values_is_left_out(host):
     """RewriteLayout takes a weight's packed layout from the region the program reads: a conv
-    padded to 8 channels whose bias is added in its slice's block (3 channels kept) read 3 of the
-    8 values, and the packing wrote `packed[c % 3] = bias[c]` for all 8 (the model came out
-    wrong). Such a program keeps its weights as they are; with the bias added over all 8 it packs."""
+    padded to 16 channels whose bias is added in its slice's block (12 channels kept) reads 12 of
+    the 16 values, and the packing wrote `packed[c % 12] = bias[c]` for all 16 (the model came out
+    wrong). Such a program keeps its weights as they are; with the bias added over all 16 it packs."""
     import torch
     import tvm
 
     from tlm.compiler.pack import packed_schedule
     from tlm.graph.extract import load
 
-    _, tasks = load(torch.nn.Conv2d(16, 3, 3, padding=1).eval(), (torch.randn(1, 16, 8, 8),), host)
+    _, tasks = load(torch.nn.Conv2d(16, 12, 3, padding=1).eval(), (torch.randn(1, 16, 8, 8),), host)
     task = next(t for t in tasks if t.name == "fused_conv2d_add_strided_slice")
     marked = tvm.IRModule({"main": task.mod["main"].with_attr("layout_free_buffers", [1, 2])})
     sch = tvm.s_tir.Schedule(task.mod)

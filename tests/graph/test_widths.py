@@ -18,10 +18,10 @@ def test_the_rule_splits_only_widths_without_a_factor_of_8():
     assert [width_parts(n) for n in (1024, 1000, 768, 3072, 16, 8, 24, 37, 1, 2, 0)] == [None] * 11
 
 
-def test_a_conv_width_is_padded_to_a_multiple_of_8_whatever_the_extra_work():
-    assert [conv_width_parts(n) for n in (12, 36, 21, 3, 1, 255, 1031)] == [
-        ((12, 16),), ((36, 40),), ((21, 24),), ((3, 8),), ((1, 8),), ((255, 256),), ((1031, 1032),)]
-    assert [conv_width_parts(n) for n in (8, 16, 48, 1024, 0)] == [None] * 5
+def test_a_conv_width_is_padded_to_a_multiple_of_8_for_at_most_60_percent_more_work():
+    assert [conv_width_parts(n) for n in (12, 36, 21, 5, 10, 255, 1031)] == [
+        ((12, 16),), ((36, 40),), ((21, 24),), ((5, 8),), ((10, 16),), ((255, 256),), ((1031, 1032),)]
+    assert [conv_width_parts(n) for n in (8, 16, 48, 1024, 0, 1, 3, 4, 9)] == [None] * 9  # 4 -> 8: twice the work
 
 
 @pytest.mark.tvm

@@ -56,9 +56,10 @@ def packed_schedule(marked, trace):
 def _lossless(sch) -> bool:
     """Whether each packing block of `sch` (RewriteLayout's `layout_rewrite_preproc`) writes as many
     values as it reads. RewriteLayout takes the packed layout from the region the program reads,
-    and where that is part of the buffer it folds the rest onto it: a conv padded to 8 channels
-    (tlm.graph.widths) whose slice keeps 3 read its bias for those 3, and the packing wrote
-    `packed[c % 3] = bias[c]` for all 8, so the model came out wrong (caught by its check)."""
+    and where that is part of the buffer it folds the rest onto it: a conv padded from 3 to 8
+    channels (tlm.graph.widths, 2026-12-06) whose slice kept 3 read its bias for those 3, and the
+    packing wrote `packed[c % 3] = bias[c]` for all 8, so the model came out wrong (caught by its
+    check)."""
     import math
 
     def size(buffer) -> int:  # a block's region names its buffer by its variable, typed by its shape

@@ -31,10 +31,11 @@ non-perfect tiles are, into a round part and a tail (`width_parts`):
   all (its tasks and hashes are unchanged).
 - A conv of one group with its channels last (NHWC or NWC, after tlm.graph.layout) and a width
   without a factor of 8 is padded whole to the next multiple of 8 (`conv_width_parts`), its
-  epilogue carried the same way, whatever the extra work: a conv's design space vectorizes over
-  output channels, and at budget 0 the padded conv ran 1.2-7x faster than the odd one for widths
-  1-36 on a Zen 4 (DenseNet's growth of 12, a 36-channel transition, 21 segmentation classes, a
-  3-channel image), where a matmul of the same widths gained nothing (`conv_widths` in
+  epilogue carried the same way, for at most CONV_MAX_EXTRA more work: a conv's design space
+  vectorizes over output channels, and at budget 0 the padded conv ran 1.1-7x faster than the odd
+  one for widths 5-36 on a Zen 4 (DenseNet's growth of 12, a 36-channel transition, 21
+  segmentation classes), where a matmul of the same widths gained nothing; 1-3 channels (an
+  image's, a waveform's) padded to 8 were as often slower whole as faster (`conv_widths` in
   bench/README.md).
 - A module the pass cannot rewrite is returned unchanged, with one `tlm: warning:` line.
 """
@@ -50,6 +51,7 @@ MAX_EXTRA = 0.10  # at most this much more work (padded columns / real columns)
 # Convs whose output channels are the last axis (tlm.graph.layout's NHWC / NWC), by (data, kernel)
 # layout: their output width is padded whole to a multiple of LANES (`conv_width_parts`).
 CONVS = {"relax.nn.conv2d": ("NHWC", "HWIO"), "relax.nn.conv1d": ("NWC", "WIO")}
+CONV_MAX_EXTRA = 0.6  # a conv is padded for at most this much more work (padded channels / real ones)
 
 # Ops that act on each column on its own: the parts carry them.
 CARRY_UNARY = ("relax.nn.relu", "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.silu", "relax.tanh",
@@ -76,13 +78,16 @@ def width_parts(n: int) -> tuple[tuple[int, int], ...] | None:
 
 def conv_width_parts(n: int) -> tuple[tuple[int, int], ...] | None:
     """How a conv of `n` output channels is computed: ((n, n rounded up to a multiple of LANES),),
-    or None for a multiple of LANES. A conv's output width is padded whatever the extra work
-    (budget 0, znver4, 2026-12-06: 21 -> 24 channels ran 6.1x faster, 36 -> 40 7.0x, 5 -> 8 1.8x,
-    12 -> 16 1.35x, 3 -> 8 1.2x, 1 -> 8 1.6x, 2 -> 8 the same), where a matmul of the same widths
-    gained nothing from it (36 -> 48: 0.47x)."""
+    or None for a multiple of LANES or where that is over CONV_MAX_EXTRA more work. Budget-0 picks
+    of one conv alone (znver4, 2026-12-06), padded against as is: 21 -> 24 channels 6.1x faster,
+    36 -> 40 7.0x, 5 -> 8 1.8x, 12 -> 16 1.35x, 10 -> 16 1.1x, where a matmul of the same widths
+    gained nothing from it (36 -> 48: 0.47x). Image and audio outputs of 1-3 channels padded to 8
+    were mixed whole (bench/results/conv_widths.md): gn_decoder 1.07x and unet 1.08x faster,
+    style_transfer (a 9x9 conv to 3 channels) 0.85x and hifigan (a conv1d to 1) 0.94x."""
     if n <= 0 or n % LANES == 0:
         return None
-    return ((n, -(-n // LANES) * LANES),)
+    padded = -(-n // LANES) * LANES
+    return ((n, padded),) if padded - n <= CONV_MAX_EXTRA * n else None
 
 
 def _conv_layout(call) -> bool:
