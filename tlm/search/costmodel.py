@@ -118,8 +118,20 @@ def unique_buffer_names(mod):
     (cache lines, bytes, name), and buffers tied on all three (TE names every reshape `T_reshape`)
     came out in hash-map order, which differs between processes: the same program had other
     features, hence another rank, in each run of a budget-0 compile."""
+    from tvm import tirx
+    from tvm.s_tir.stmt import SBlockRealize
     from tvm_ffi import serialization
 
+    # First the cheap look (a program's buffers are its parameters and its root block's; TE's and the
+    # schedule's alike): the JSON graph below costs about half of the features' own time.
+    names = []
+    for func in mod.functions.values():
+        if isinstance(func, tirx.PrimFunc):
+            names += [p.name for p in func.params]  # buffers are variables typed by their shape
+            if isinstance(func.body, SBlockRealize):
+                names += [b.name for b in func.body.block.alloc_buffers]
+    if len(set(names)) == len(names):
+        return mod
     graph = json.loads(serialization.to_json_graph_str(mod))
     nodes = graph["nodes"]
     # A buffer is a Var typed by a BufferType; the graph holds each object once, in a fixed order.
