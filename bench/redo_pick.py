@@ -48,13 +48,16 @@ def before_ratio(name: str):
 
 
 def choice_by(ratio, tuner, task, ranked: list) -> list:
-    """The budget-0 first choice judging redone work by `ratio(mod, task_flops)`."""
-    from tlm.space.build_cost import first_fine, lean_limit, odd_lanes_problem, redundancy
+    """The budget-0 first choice (TlmTuner.first_choice) judging redone work by `ratio(mod, task_flops)`."""
+    from unittest import mock
 
-    ratios = {id(g): ratio(tuner.schedule(task, g).mod, task.flops) for g in ranked}
-    limit = lean_limit(list(ratios.values()))
-    return first_fine(task.name, ranked, lambda g: redundancy(ratios[id(g)], limit)
-                      or odd_lanes_problem(tuner._build_cost(task, g)))
+    from tlm.search.tlm_tuner import TlmTuner
+
+    def judged(task, g):
+        return ratio(tuner.schedule(task, g).mod, task.flops)
+
+    with mock.patch.object(tuner, "_judged_ratio", judged, create=True):
+        return TlmTuner.first_choice(tuner, task, ranked)
 
 
 def run_model(model: str, host, rounds: int, before: str = "flops", top: int = 8) -> tuple[list[dict], int]:

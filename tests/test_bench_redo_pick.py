@@ -14,7 +14,8 @@ def test_the_flops_choice_judges_the_flop_ratio_alone(monkeypatch):
     import tlm.space.build_cost as bc
 
     flops = {"redone": 2.1, "hidden": 1.0, "lean": 1.2, "wasteful": 30.0}
-    tuner = SimpleNamespace(schedule=lambda task, g: SimpleNamespace(mod=g), _build_cost=lambda task, g: 0)
+    tuner = SimpleNamespace(schedule=lambda task, g: SimpleNamespace(mod=g), _build_cost=lambda task, g: 0,
+                            target=SimpleNamespace(kind="llvm"))
     monkeypatch.setattr(bc, "flops_ratio", lambda mod, f: flops[mod])
     task = SimpleNamespace(name="group_norm2", flops=1.0)
     assert redo_pick.choice_by(bc.flops_ratio, tuner, task, ["redone", "lean"]) == ["redone"]  # 2.1x passes the flop check
