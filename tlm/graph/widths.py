@@ -139,11 +139,14 @@ def _rewriter():
             self.parts = {}
             return super().visit_dataflow_block_(block)
 
+        def bound(self, expr):
+            """`expr` as visited, a variable replaced by the value it is bound to."""
+            expr = self.visit_expr(expr)
+            return self.lookup_binding(expr) if isinstance(expr, relax.Var) else expr
+
         def constant(self, expr):
             """A float constant operand as numpy, else None."""
-            expr = self.visit_expr(expr)
-            if isinstance(expr, relax.Var):
-                expr = self.lookup_binding(expr)
+            expr = self.bound(expr)
             if not isinstance(expr, Const) or str(expr.value.dtype) not in _FLOATS:
                 return None
             return expr.value.numpy()
@@ -159,22 +162,14 @@ def _rewriter():
 
         def weight(self, expr):
             """A 2-D float constant operand (or `permute_dims` of one) as numpy, else None."""
-            expr = self.visit_expr(expr)
-            if isinstance(expr, relax.Var):
-                expr = self.lookup_binding(expr)
-            permute, axes = False, None
-            if isinstance(expr, relax.Call) and _op(expr) == "relax.permute_dims":
-                permute = True
-                axes = None if expr.attrs.axes is None else [int(a) for a in expr.attrs.axes]
-                expr = expr.args[0]
-                if isinstance(expr, relax.Var):
-                    expr = self.lookup_binding(expr)
-            if not isinstance(expr, Const):
-                return None
-            value = expr.value.numpy()
-            if value.ndim != 2 or str(value.dtype) not in _FLOATS:
-                return None
-            return value.transpose(axes) if permute else value  # axes None: reversed
+            bound = self.bound(expr)
+            if isinstance(bound, relax.Call) and _op(bound) == "relax.permute_dims":
+                value = self.constant(bound.args[0])
+                axes = None if bound.attrs.axes is None else [int(a) for a in bound.attrs.axes]
+                value = None if value is None else value.transpose(axes)  # axes None: reversed
+            else:
+                value = self.constant(expr)
+            return value if value is not None and value.ndim == 2 else None
 
         def matmul(self, call):
             x, w = call.args
@@ -258,10 +253,11 @@ def _has_candidate(func) -> bool:
     found = []
 
     def visit(e):
-        if isinstance(e, relax.Call) and _op(e) in ("relax.matmul", *CONVS):
+        op = _op(e) if isinstance(e, relax.Call) else None
+        if op == "relax.matmul" or (op in CONVS and _conv_layout(e)):
             shape = static_shape(e)
-            parts = width_parts if _op(e) == "relax.matmul" else conv_width_parts
-            if shape and parts(shape[-1]) is not None and (_op(e) == "relax.matmul" or _conv_layout(e)):
+            parts = width_parts if op == "relax.matmul" else conv_width_parts
+            if shape and parts(shape[-1]) is not None:
                 found.append(e)
 
     relax.analysis.post_order_visit(func, visit)
