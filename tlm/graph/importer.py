@@ -17,6 +17,7 @@ from typing import Any, Callable
 from tlm.errors import TlmError, TlmWarning, first_line, quiet_stderr, reason
 from tlm.graph.diagnose import IMPORT, PREPARE, explain, unsupported_onnx_ops, unsupported_torch_ops
 from tlm.graph.passes import prepare
+from tlm.graph.onnx_rnn import rnn_converters
 from tlm.graph.specialize import CHECKS, is_data_dependent, trace_on_examples
 
 
@@ -152,7 +153,7 @@ def import_onnx(path: str, conv_layout: str | None = None) -> ImportedModel:
     from tvm.relax.frontend.onnx import from_onnx
 
     try:
-        with quiet_stderr():
+        with quiet_stderr(), rnn_converters():
             mod = from_onnx(model, shape_dict=shapes, dtype_dict=dtypes, keep_params_in_input=False)
     except Exception as err:
         mod = _import_folded(path, shapes, dtypes)
@@ -206,7 +207,7 @@ def _import_folded(path: str, shapes: dict, dtypes: dict):
             opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
             opts.optimized_model_filepath = os.path.join(tmp, "folded.onnx")
             ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-            with quiet_stderr():
+            with quiet_stderr(), rnn_converters():
                 return from_onnx(onnx.load(opts.optimized_model_filepath), shape_dict=shapes, dtype_dict=dtypes,
                                  keep_params_in_input=False)
         except Exception:  # noqa: BLE001 - the caller reports the first refusal
