@@ -8,8 +8,11 @@ example inputs and a reference implementation that compiled models are checked a
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import tempfile
+import traceback
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -153,7 +156,7 @@ def import_onnx(path: str, conv_layout: str | None = None) -> ImportedModel:
     from tvm.relax.frontend.onnx import from_onnx
 
     try:
-        with quiet_stderr(), rnn_converters():
+        with _onnx_frontend():
             mod = from_onnx(model, shape_dict=shapes, dtype_dict=dtypes, keep_params_in_input=False)
     except Exception as err:
         mod = _import_folded(path, shapes, dtypes)
@@ -178,6 +181,19 @@ def import_onnx(path: str, conv_layout: str | None = None) -> ImportedModel:
         return sess.run(None, dict(zip(shapes, inputs)))[0]
 
     return ImportedModel(path, _prepared(mod, conv_layout=conv_layout), inputs, reference, onnx_path=path)
+
+
+@contextlib.contextmanager
+def _onnx_frontend():
+    """TVM's ONNX importer with tlm's recurrent converters (tlm.graph.onnx_rnn), quiet: its C++ log,
+    the line it prints for a converter that raises, and the warning of its half-built function
+    (freed here, while stderr is still quiet) would follow the one-line refusal."""
+    with quiet_stderr(), contextlib.redirect_stdout(io.StringIO()), rnn_converters():
+        try:
+            yield
+        except Exception as err:
+            traceback.clear_frames(err.__traceback__)
+            raise
 
 
 def _refusal(err: Exception, ops: str | None, frontend: str, path: str | None = None) -> TlmError:
@@ -207,7 +223,7 @@ def _import_folded(path: str, shapes: dict, dtypes: dict):
             opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
             opts.optimized_model_filepath = os.path.join(tmp, "folded.onnx")
             ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-            with quiet_stderr(), rnn_converters():
+            with _onnx_frontend():
                 return from_onnx(onnx.load(opts.optimized_model_filepath), shape_dict=shapes, dtype_dict=dtypes,
                                  keep_params_in_input=False)
         except Exception:  # noqa: BLE001 - the caller reports the first refusal
