@@ -76,3 +76,56 @@ def test_index_add_and_index_put_of_whole_rows():
 
     model, x = Scatter().eval(), torch.randn(12, 6, generator=torch.Generator().manual_seed(0))
     _imports_and_matches(model, x, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.tvm
+def test_splits_feeding_pointwise_ops_become_slices():
+    """A split or chunk whose pieces only feed pointwise ops is strided slices (each fuses into its
+    consumer; TVM's split is a kernel that writes every piece); one feeding anything else (here a
+    matmul) stays TVM's split. Chunks of uneven size, negative dims and sizes given as a list."""
+    import torch
+
+    from tlm.graph.importer import import_torch
+
+    class Gates(torch.nn.Module):
+        def forward(self, x):  # x: (4, 22)
+            a, b, c = x.chunk(3, dim=-1)  # 8, 8, 6
+            d, e = x.split([10, 12], dim=1)
+            f = x.split(9, dim=1)  # 9, 9, 4
+            return torch.cat([a * torch.sigmoid(b), torch.tanh(c), d.exp(), e + 1, f[0] * 2, -f[2]], 1)
+
+    class ToMatmul(torch.nn.Module):
+        def forward(self, x):  # x: (4, 22)
+            a, b = x.split(11, dim=1)
+            return a @ b.T
+
+    for model, split_left in ((Gates(), False), (ToMatmul(), True)):
+        x = torch.randn(4, 22, generator=torch.Generator().manual_seed(0))
+        assert ("R.split" in import_torch(model.eval(), (x,)).mod.script()) == split_left
+        _imports_and_matches(model.eval(), x, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.tvm
+def test_lstm_and_gru_cells_from_pytorch_have_no_split_kernel():
+    """PyTorch's decomposition of nn.LSTM / nn.GRU chunks each step's gates: those become slices,
+    the cell matches PyTorch (one kernel fewer per step)."""
+    import torch
+
+    from tlm.graph.importer import import_torch
+
+    torch.manual_seed(0)
+    for rnn in (torch.nn.LSTM(6, 8, num_layers=2, batch_first=True, bidirectional=True),
+                torch.nn.GRU(6, 8, batch_first=True)):
+
+        class Last(torch.nn.Module):
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, x):
+                return self.inner(x)[0]
+
+        model, x = Last(rnn).eval(), torch.randn(1, 5, 6)
+        assert "R.split" not in import_torch(model, (x,)).mod.script()
+        with torch.no_grad():
+            _imports_and_matches(model, x, rtol=1e-5, atol=1e-6)

@@ -4,8 +4,11 @@ same axes), `torch.exp2`, `torch.hypot`, `clamp` of an integer tensor with one b
 (`F.selu` was silently wrong), `F.grid_sample`'s grid layout (the output came out in the wrong
 shape), an integer `//` by a Python int, and `cumsum`/`cumprod` of bool or narrow integers
 (PyTorch's output is int64; TVM's was the input's dtype: a bool scan failed to build), ,
-`arange` with a negative step (sized wrongly), and `index_put` / `index_add_` of whole rows
-(refused). Operators the importer has no conversion for at all
+`arange` with a negative step (sized wrongly), `index_put` / `index_add_` of whole rows
+(refused), and a `split` / `chunk` whose pieces only feed pointwise ops (an LSTM or GRU cell's
+gates after PyTorch's decomposition, a GLU): TVM's split is a kernel of its own that writes every
+piece, slices fuse into their consumers (lstm: one kernel fewer per step, 4 -> 3, as from the
+ONNX door; tlm.graph.onnx_rnn). Operators the importer has no conversion for at all
 are rewritten before it, at the PyTorch level, by tlm.graph.decompose.
 """
 
@@ -209,9 +212,55 @@ def _div_mode(node, importer):
     return importer._div(node)  # an integer true division (PyTorch's is float): as TVM does it
 
 
+def _pointwise_pieces(node) -> bool:
+    """Whether every piece of a split node is read (through `getitem`) by pointwise ops only."""
+    import operator
+
+    import torch
+
+    for user in node.users:
+        if user.target is not operator.getitem:
+            return False
+        for reader in user.users:
+            if reader.op != "call_function" or torch.Tag.pointwise not in getattr(reader.target, "tags", ()):
+                return False
+    return bool(node.users)
+
+
+def _split(kind: str):
+    """aten.split.Tensor / split_with_sizes / chunk as strided slices where its pieces feed
+    pointwise ops (see the module); otherwise TVM's own converter."""
+
+    def convert(node, importer):
+        from tvm import relax
+
+        if not _pointwise_pieces(node):
+            return (importer._chunk if kind == "chunk" else importer._split)(node)
+        x = importer.env[node.args[0]]
+        dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
+        shape = [int(d) for d in importer.shape_of(x)]
+        dim = dim % len(shape)
+        size, arg = shape[dim], node.args[1]
+        if kind == "chunk":  # torch.chunk: pieces of ceil(size / chunks)
+            step = -(-size // arg)
+            sizes = [min(step, size - lo) for lo in range(0, size, step)]
+        elif isinstance(arg, list | tuple):
+            sizes = list(arg)
+        else:
+            sizes = [min(arg, size - lo) for lo in range(0, size, arg)]
+        pieces, lo = [], 0
+        for n in sizes:
+            pieces.append(importer.block_builder.emit(relax.op.strided_slice(x, axes=[dim], begin=[lo], end=[lo + n])))
+            lo += n
+        return tuple(pieces)
+
+    return convert
+
+
 # TVM importer's name of an aten operator -> its converter (from_exported_program's custom_convert_map)
 CONVERTERS = {"amax.default": _reduce("max"), "amin.default": _reduce("min"), "exp2.default": _exp2, "elu.default": _elu,
               "hypot.default": _hypot, "grid_sampler_2d.default": _grid_sampler, "div.Tensor_mode": _div_mode,
               "cumsum.default": _scan("cumsum"), "arange.start_step": _arange,
               "index_put.default": _index_put, "index_put_.default": _index_put, "cumprod.default": _scan("cumprod"),
+              "split.Tensor": _split("split"), "split_with_sizes.default": _split("split"), "chunk.default": _split("chunk"),
               **{f"{kind}.default": _int_clamp(kind) for kind in ("clamp", "clamp_min", "clamp_max")}}
