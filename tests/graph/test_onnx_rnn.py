@@ -157,3 +157,19 @@ def test_the_importer_is_left_as_it_was():
     with rnn_converters():
         assert "LSTM" in onnx_frontend._get_convert_map()
     assert onnx_frontend._get_convert_map is before
+
+
+def test_a_reference_onnx_runtime_cannot_run_is_said_in_one_line(tmp_path, capfd):
+    """A batch-first LSTM imports (tlm converts layout 1) but ONNX Runtime refuses it, so nothing
+    can check the compiled model: one line says so, without ONNX Runtime's own log."""
+    from tlm.errors import TlmError
+    from tlm.graph.importer import import_onnx
+
+    path = str(tmp_path / "m.onnx")
+    _node_model(path, "LSTM", {}, batch_first=True)
+    imported = import_onnx(path)
+    capfd.readouterr()
+    with pytest.raises(TlmError) as err:
+        imported.reference(imported.inputs)
+    assert "ONNX Runtime" in str(err.value) and "\n" not in str(err.value)
+    assert "onnxruntime_src" not in capfd.readouterr().err

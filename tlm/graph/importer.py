@@ -177,7 +177,12 @@ def import_onnx(path: str, conv_layout: str | None = None) -> ImportedModel:
     def reference(inputs: list) -> Any:
         import onnxruntime as ort
 
-        sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        try:
+            with quiet_stderr():  # ONNX Runtime logs its refusal on stderr too
+                sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        except Exception as err:  # e.g. a recurrent node with layout=1, which tlm converts and ORT refuses
+            raise TlmError(f"ONNX Runtime, the reference the compiled model is checked against, cannot run "
+                           f"{path}: {first_line(err)}") from None
         return sess.run(None, dict(zip(shapes, inputs)))[0]
 
     return ImportedModel(path, _prepared(mod, conv_layout=conv_layout), inputs, reference, onnx_path=path)
