@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 
-def _dtype(x) -> str:
+def dtype_of(x) -> str:
     """A Relax tensor expression's dtype as a string ("int64")."""
     return str(getattr(x.ty.dtype, "dtype", x.ty.dtype))
 
@@ -49,7 +49,7 @@ def _int_clamp(kind: str):
 
         own = getattr(importer, {"clamp": "_clamp", "clamp_min": "_clamp_min", "clamp_max": "_clamp_max"}[kind])
         x = importer.env[node.args[0]]
-        dtype = _dtype(x)
+        dtype = dtype_of(x)
         if not dtype.startswith(("int", "uint")):
             return own(node)
         args = list(node.args[1:])
@@ -74,7 +74,7 @@ def _exp2(node, importer):
     from tvm import relax
 
     x = importer.env[node.args[0]]
-    dtype = _dtype(x)
+    dtype = dtype_of(x)
     return importer.block_builder.emit(relax.op.exp(relax.op.multiply(x, relax.const(math.log(2.0), dtype))))
 
 
@@ -95,8 +95,8 @@ def _scan(op_name: str):
 
         x = importer.env[node.args[0]]
         dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
-        out = _out_dtype(node, _dtype(x))
-        return importer.block_builder.emit(getattr(relax.op, op_name)(x, dim, None if out == _dtype(x) else out))
+        out = _out_dtype(node, dtype_of(x))
+        return importer.block_builder.emit(getattr(relax.op, op_name)(x, dim, None if out == dtype_of(x) else out))
 
     return convert
 
@@ -132,10 +132,10 @@ def _index_put(node, importer):
         return importer._index_put(node)
     idx, values = importer.env[indices[0]], importer.env[node.args[2]]
     bb = importer.block_builder
-    if len(idx.ty.shape) == 1 and _dtype(idx) == "bool" and not accumulate and len(values.ty.shape) == 0:
+    if len(idx.ty.shape) == 1 and dtype_of(idx) == "bool" and not accumulate and len(values.ty.shape) == 0:
         mask = bb.emit(relax.op.reshape(idx, [int(idx.ty.shape[0])] + [1] * (ndim - 1)))  # x[mask] = v
-        return bb.emit(relax.op.where(mask, relax.op.astype(values, _dtype(data)), data))
-    if len(idx.ty.shape) != 1 or not _dtype(idx).startswith("int") or ndim < 2:
+        return bb.emit(relax.op.where(mask, relax.op.astype(values, dtype_of(data)), data))
+    if len(idx.ty.shape) != 1 or not dtype_of(idx).startswith("int") or ndim < 2:
         return importer._index_put(node)
     rows = [int(d) for d in values.ty.shape]
     if len(rows) != ndim:  # values broadcast to (n, *data.shape[1:]) first
@@ -196,7 +196,7 @@ def _div_mode(node, importer):
     from tvm import relax
 
     x, y = importer.env.get(node.args[0]), node.args[1]
-    dtype = _dtype(x) if isinstance(x, relax.Expr) else ""
+    dtype = dtype_of(x) if isinstance(x, relax.Expr) else ""
     is_int = dtype.startswith(("int", "uint"))
     if not (isinstance(y, int | float) and not isinstance(y, bool) and dtype and is_int == isinstance(y, int)):
         return importer._div(node)

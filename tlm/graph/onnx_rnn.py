@@ -21,6 +21,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from tlm.graph.converters import dtype_of
+
 # name -> (alpha default, beta default); None: the function takes no such parameter
 _ACTIVATIONS: dict[str, tuple[float | None, float | None]] = {
     "sigmoid": (None, None), "tanh": (None, None), "relu": (None, None), "softsign": (None, None),
@@ -120,6 +122,7 @@ def convert(op: str, bb, inputs, attr: dict):
     if direction not in ("forward", "reverse", "bidirectional"):
         raise ValueError(f"{op} direction {direction!r} is not one ONNX defines")
     batch_first = int(attr.get("layout", 0)) == 1
+    reset_after = op == "GRU" and bool(int(attr.get("linear_before_reset", 0)))  # R's hidden bias kept apart
     clip = attr.get("clip")
     gates = GATES[op]
     directions, hidden4, _ = _dims(w)
@@ -130,18 +133,20 @@ def convert(op: str, bb, inputs, attr: dict):
         c0 = None if c0 is None else emit(R.permute_dims(c0, [1, 0, 2]))
     seq, batch, _ = _dims(x)
     _check_lengths(op, lengths, seq)
-    dtype = str(x.ty.dtype.dtype if hasattr(x.ty.dtype, "dtype") else x.ty.dtype)
+    dtype = dtype_of(x)
     funcs = _activations(op, attr, directions, dtype)
-    zeros = relax.const(0.0, dtype)
 
     def gate(z):  # ONNX's clip bounds the activations' inputs
         return z if clip is None else R.clip(z, -float(clip), float(clip))
 
     def cols(z, k: int, n: int = 1):  # gate k (of `gates`) of a [.., gates*hidden] expression
-        return R.strided_slice(z, axes=[len(_dims(z)) - 1], begin=[k * hidden], end=[(k + n) * hidden])
+        return R.strided_slice(z, axes=[-1], begin=[k * hidden], end=[(k + n) * hidden])
 
     def take(z, d: int):  # direction d of a [dirs, ...] tensor, without that axis
         return emit(R.squeeze(R.strided_slice(z, axes=[0], begin=[d], end=[d + 1]), axis=[0]))
+
+    def state(s0, d: int):  # direction d's initial state [batch, h]: given, else zeros
+        return take(s0, d) if s0 is not None else emit(R.full((batch, hidden), relax.const(0.0, dtype), dtype))
 
     ys, hs, cs = [], [], []
     for d in range(directions):
@@ -153,13 +158,12 @@ def convert(op: str, bb, inputs, attr: dict):
             bd = take(b, d)  # [2*gates*h]: W's biases, then R's
             wb = emit(R.strided_slice(bd, axes=[0], begin=[0], end=[gates * hidden]))
             rb = emit(R.strided_slice(bd, axes=[0], begin=[gates * hidden], end=[2 * gates * hidden]))
-        if wb is not None:  # GRU's hidden gate keeps R's bias apart when linear_before_reset
-            sep = op == "GRU" and int(attr.get("linear_before_reset", 0))
+        if wb is not None:
             both = emit(R.add(wb, rb))
-            xw = emit(R.add(xw, R.concat([cols(both, 0, 2), cols(wb, 2)], axis=0) if sep else both))
+            xw = emit(R.add(xw, R.concat([cols(both, 0, 2), cols(wb, 2)], axis=0) if reset_after else both))
         rt = emit(R.permute_dims(rd))  # [h, gates*h]
-        h = take(h0, d) if h0 is not None else emit(R.full((batch, hidden), zeros, dtype))
-        c = take(c0, d) if c0 is not None else emit(R.full((batch, hidden), zeros, dtype)) if op == "LSTM" else None
+        h = state(h0, d)
+        c = state(c0, d) if op == "LSTM" else None
         pd = take(peep, d) if peep is not None else None  # [3*h]: input, output, forget
         steps = range(seq - 1, -1, -1) if (direction == "reverse" or d == 1) else range(seq)
         out = [None] * seq
@@ -180,7 +184,7 @@ def convert(op: str, bb, inputs, attr: dict):
                 hr = emit(R.matmul(h, rt))  # [batch, 3h]
                 zr = emit(R.add(cols(xt, 0, 2), cols(hr, 0, 2)))
                 z, rg = emit(f[0](gate(cols(zr, 0)))), emit(f[0](gate(cols(zr, 1))))
-                if int(attr.get("linear_before_reset", 0)):
+                if reset_after:
                     hh = R.multiply(rg, cols(hr, 2) if rb is None else R.add(cols(hr, 2), cols(rb, 2)))
                 else:
                     hh = R.matmul(R.multiply(rg, h), cols(rt, 2))
