@@ -40,6 +40,8 @@ def onnxruntime_runner(imported, threads: int) -> tuple[Callable[[], Any] | None
     ONNX model can be had."""
     import onnxruntime as ort
 
+    from tlm.graph.onnx_rnn import runtime_model
+
     path = imported.onnx_path
     tmp = None
     if path is None:
@@ -63,7 +65,8 @@ def onnxruntime_runner(imported, threads: int) -> tuple[Callable[[], Any] | None
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    model = runtime_model(path)[0] if imported.onnx_path else path  # batch-first recurrent nodes: layout 0
+    sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
     if tmp:  # the session holds the model in memory
         shutil.rmtree(tmp, ignore_errors=True)
     feed = {i.name: x for i, x in zip(sess.get_inputs(), imported.inputs)}

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from tlm.errors import TlmError, TlmWarning, first_line, quiet_stderr, reason
 from tlm.graph.diagnose import IMPORT, PREPARE, explain, unsupported_onnx_ops, unsupported_torch_ops
 from tlm.graph.passes import prepare
-from tlm.graph.onnx_rnn import rnn_converters
+from tlm.graph.onnx_rnn import rnn_converters, runtime_model
 from tlm.graph.specialize import CHECKS, is_data_dependent, trace_on_examples
 
 
@@ -177,10 +177,14 @@ def import_onnx(path: str, conv_layout: str | None = None) -> ImportedModel:
     def reference(inputs: list) -> Any:
         import onnxruntime as ort
 
+        model, batch_first = runtime_model(path)
+        if batch_first:
+            warnings.warn(f"ONNX Runtime cannot run batch-first (layout=1) {'/'.join(sorted(set(batch_first)))} "
+                          f"nodes; the reference runs them in layout 0 between transposes", TlmWarning, stacklevel=2)
         try:
             with quiet_stderr():  # ONNX Runtime logs its refusal on stderr too
-                sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-        except Exception as err:  # e.g. a recurrent node with layout=1, which tlm converts and ORT refuses
+                sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+        except Exception as err:
             raise TlmError(f"ONNX Runtime, the reference the compiled model is checked against, cannot run "
                            f"{path}: {first_line(err)}") from None
         return sess.run(None, dict(zip(shapes, inputs)))[0]

@@ -14,6 +14,9 @@ Everything the ONNX operators define is converted (opset 7-22): both directions,
 (consumed in order by the functions that take them, as ONNX Runtime does). Two things are refused
 in one line rather than guessed: `sequence_lens` that differ from the sequence length (padded
 batches), and LSTM's `input_forget`.
+
+ONNX Runtime, the reference an ONNX model is checked against, refuses `layout` 1; it runs
+`layout0_twin` of such a model instead (the same nodes in layout 0 between transposes).
 """
 
 from __future__ import annotations
@@ -235,3 +238,57 @@ def rnn_converters() -> Iterator[None]:
         yield
     finally:
         onnx_frontend._get_convert_map = original
+
+
+def batch_first_nodes(model) -> list[str]:
+    """The op types of `model`'s main-graph recurrent nodes with `layout` 1 (batch first)."""
+    return [n.op_type for n in model.graph.node
+            if n.op_type in GATES and any(a.name == "layout" and a.i == 1 for a in n.attribute)]
+
+
+def layout0_twin(model):
+    """A copy of ONNX `model` whose batch-first recurrent nodes are layout 0 between transposes
+    (ONNX Runtime refuses `layout` 1, so this twin is what it can run as the reference); None if
+    `model` has none. Layout 1 is X [batch, seq, in], states [batch, dirs, hidden], Y [batch, seq,
+    dirs, hidden]; layout 0 swaps batch and seq in X, batch and dirs in the states, and gives Y as
+    [seq, dirs, batch, hidden]."""
+    import onnx
+    from onnx import helper
+
+    if not batch_first_nodes(model):
+        return None
+    twin = onnx.ModelProto()
+    twin.CopyFrom(model)
+    nodes = []
+    for i, n in enumerate(twin.graph.node):
+        if n.op_type not in GATES or not any(a.name == "layout" and a.i == 1 for a in n.attribute):
+            nodes.append(n)
+            continue
+        tag = f"tlm_layout0_{i}"
+        ins, outs = list(n.input), list(n.output)
+        for k in (0, 5, 6):  # X, initial_h, initial_c
+            if k < len(ins) and ins[k]:
+                nodes.append(helper.make_node("Transpose", [ins[k]], [f"{tag}_in{k}"], perm=[1, 0, 2]))
+                ins[k] = f"{tag}_in{k}"
+        after = []
+        for k, name in enumerate(outs):  # Y, Y_h, Y_c
+            if name:
+                after.append(helper.make_node("Transpose", [f"{tag}_out{k}"], [name],
+                                              perm=[2, 0, 1, 3] if k == 0 else [1, 0, 2]))
+                outs[k] = f"{tag}_out{k}"
+        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute if a.name != "layout"}
+        nodes += [helper.make_node(n.op_type, ins, outs, name=n.name, domain=n.domain, **attrs)] + after
+    del twin.graph.node[:]
+    twin.graph.node.extend(nodes)
+    return twin
+
+
+def runtime_model(path: str) -> tuple[str | bytes, list[str]]:
+    """What ONNX Runtime is given for the ONNX file at `path`: the path, or the serialized
+    `layout0_twin` where the model has batch-first recurrent nodes (their op types, second)."""
+    import onnx
+
+    if not batch_first_nodes(onnx.load(path, load_external_data=False)):  # the graph alone
+        return path, []
+    model = onnx.load(path)
+    return layout0_twin(model).SerializeToString(), batch_first_nodes(model)
