@@ -22,7 +22,7 @@ TLM=${TLM:-.venv/bin/tlm}
 BUNDLE_C=${BUNDLE_C:-work/gpu2/bundle-c}
 DBS=${DBS:-work/gpu4}
 PLANS_DIR=${PLANS_DIR:-work/gpu4/plans}
-HELDOUT_ALL=${HELDOUT_ALL:-work/gpu3/bundle-heldout-all}
+HELDOUT_ALL=${HELDOUT_ALL:-results/gpu/bundles/bundle-heldout-all}  # its manifest and tasks: all ingest reads
 RUN_A=results/gpu/run-2026-12-04-h200-a
 SOURCES_C="bert_base-b1-s256 gpt2-b1-s256 bert_medium-b1-s128 bert_large-b1-s128 llama-b1-s128 bert_base-b2-s128
 gpt2-b2-s128 vit-b1-i224 bert_tiny-b1-s256 llama-b2-s64 resnet_50-b1-i256 mobilenet_v2-b1-i256 densenet_121-b1-i224
@@ -31,7 +31,7 @@ resnet_18-b1-i224"
 
 if [ "${1:-}" != "--print" ]; then
   if [ ! -f "$HELDOUT_ALL/manifest.json.gz" ]; then
-    echo "$HELDOUT_ALL is missing: rebuild it with the commands of results/gpu/README.md (bundle-heldout-all)" >&2
+    echo "$HELDOUT_ALL/manifest.json.gz is missing (the committed one is results/gpu/bundles/bundle-heldout-all)" >&2
     exit 1
   fi
   $TLM gpu ingest $HELDOUT_ALL $RUN_A --db "$DBS/db-tlm" --proposer tlm --first 10 --card h200
