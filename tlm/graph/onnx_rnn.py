@@ -240,10 +240,13 @@ def rnn_converters() -> Iterator[None]:
         onnx_frontend._get_convert_map = original
 
 
+def _batch_first(node) -> bool:
+    return node.op_type in GATES and any(a.name == "layout" and a.i == 1 for a in node.attribute)
+
+
 def batch_first_nodes(model) -> list[str]:
     """The op types of `model`'s main-graph recurrent nodes with `layout` 1 (batch first)."""
-    return [n.op_type for n in model.graph.node
-            if n.op_type in GATES and any(a.name == "layout" and a.i == 1 for a in n.attribute)]
+    return [n.op_type for n in model.graph.node if _batch_first(n)]
 
 
 def layout0_twin(model):
@@ -261,7 +264,7 @@ def layout0_twin(model):
     twin.CopyFrom(model)
     nodes = []
     for i, n in enumerate(twin.graph.node):
-        if n.op_type not in GATES or not any(a.name == "layout" and a.i == 1 for a in n.attribute):
+        if not _batch_first(n):
             nodes.append(n)
             continue
         tag = f"tlm_layout0_{i}"
