@@ -65,7 +65,8 @@ def onnxruntime_runner(imported, threads: int) -> tuple[Callable[[], Any] | None
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
-    model = runtime_model(path)[0] if imported.onnx_path else path  # batch-first recurrent nodes: layout 0
+    # an ONNX file's batch-first recurrent nodes, which ONNX Runtime refuses, run in layout 0
+    model = runtime_model(path, imported.onnx_batch_first)[0] if imported.onnx_path else path
     sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
     if tmp:  # the session holds the model in memory
         shutil.rmtree(tmp, ignore_errors=True)

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from tlm.errors import TlmError, TlmWarning, first_line, quiet_stderr, reason
 from tlm.graph.diagnose import IMPORT, PREPARE, explain, unsupported_onnx_ops, unsupported_torch_ops
 from tlm.graph.passes import prepare
-from tlm.graph.onnx_rnn import rnn_converters, runtime_model
+from tlm.graph.onnx_rnn import batch_first_nodes, rnn_converters, runtime_model
 from tlm.graph.specialize import CHECKS, is_data_dependent, trace_on_examples
 
 
@@ -35,6 +35,7 @@ class ImportedModel:
     torch_module: Any = field(default=None, repr=False)
     example_inputs: tuple | None = field(default=None, repr=False)  # torch tensors
     onnx_path: str | None = None
+    onnx_batch_first: list = field(default_factory=list)  # its batch-first recurrent nodes (tlm.graph.onnx_rnn)
 
 
 def _first_tensor(out):
@@ -143,6 +144,7 @@ def import_onnx(path: str, conv_layout: str | None = None) -> ImportedModel:
         onnx.checker.check_model(model)
     except Exception as err:
         raise TlmError(f"malformed ONNX file {path}: {first_line(err, limit=None)}") from None
+    batch_first = batch_first_nodes(model)  # ONNX Runtime, the reference, refuses them
     init_names = {init.name for init in model.graph.initializer}
     shapes, dtypes = {}, {}
     for inp in model.graph.input:
@@ -177,19 +179,20 @@ def import_onnx(path: str, conv_layout: str | None = None) -> ImportedModel:
     def reference(inputs: list) -> Any:
         import onnxruntime as ort
 
-        model, batch_first = runtime_model(path)
+        runnable, _ = runtime_model(path, batch_first)
         if batch_first:
             warnings.warn(f"ONNX Runtime cannot run batch-first (layout=1) {'/'.join(sorted(set(batch_first)))} "
                           f"nodes; the reference runs them in layout 0 between transposes", TlmWarning, stacklevel=2)
         try:
             with quiet_stderr():  # ONNX Runtime logs its refusal on stderr too
-                sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+                sess = ort.InferenceSession(runnable, providers=["CPUExecutionProvider"])
         except Exception as err:
             raise TlmError(f"ONNX Runtime, the reference the compiled model is checked against, cannot run "
                            f"{path}: {first_line(err)}") from None
         return sess.run(None, dict(zip(shapes, inputs)))[0]
 
-    return ImportedModel(path, _prepared(mod, conv_layout=conv_layout), inputs, reference, onnx_path=path)
+    return ImportedModel(path, _prepared(mod, conv_layout=conv_layout), inputs, reference, onnx_path=path,
+                         onnx_batch_first=batch_first)
 
 
 @contextlib.contextmanager

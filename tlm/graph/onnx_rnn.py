@@ -286,12 +286,15 @@ def layout0_twin(model):
     return twin
 
 
-def runtime_model(path: str) -> tuple[str | bytes, list[str]]:
+def runtime_model(path: str, batch_first: list[str] | None = None) -> tuple[str | bytes, list[str]]:
     """What ONNX Runtime is given for the ONNX file at `path`: the path, or the serialized
-    `layout0_twin` where the model has batch-first recurrent nodes (their op types, second)."""
+    `layout0_twin` where the model has batch-first recurrent nodes (their op types, second).
+    `batch_first`: those nodes, when the caller read the model already (the file is then read
+    again only if there are some)."""
     import onnx
 
-    if not batch_first_nodes(onnx.load(path, load_external_data=False)):  # the graph alone
+    if batch_first is None:
+        batch_first = batch_first_nodes(onnx.load(path, load_external_data=False))
+    if not batch_first:
         return path, []
-    model = onnx.load(path)
-    return layout0_twin(model).SerializeToString(), batch_first_nodes(model)
+    return layout0_twin(onnx.load(path)).SerializeToString(), list(batch_first)
