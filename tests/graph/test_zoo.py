@@ -165,3 +165,24 @@ def test_conv1d_encoder_gives_strided_dilated_depthwise_and_pointwise_conv1d_tas
     assert (15, 1, 96) in weights and (7, 1, 128) in weights  # depthwise
     assert (1, 96, 96) in weights  # pointwise
     assert max(t.args[1]["shape"][2] for t in convs) <= 160  # narrow, unlike wav2vec 2.0's 512
+
+
+ODD_FAMILIES = ["llama_small", "bert_small"]  # issue 46, item 4: small odd shapes for the budget-0 pick
+
+
+def test_odd_shape_families_are_training_only_with_odd_token_counts():
+    ws = [w for w in list_workloads() if w.family in ODD_FAMILIES]
+    assert {w.family for w in ws} == set(ODD_FAMILIES) and {w.split for w in ws} == {"train"}
+    assert all(w.size % 2 == 1 and w.size not in (64, 128, 256) for w in ws)
+    assert get_workload("llama_small").name == "llama_small-b1-s29"
+
+
+def test_small_llama_gives_attention_with_heads_of_16(host):
+    """Its attention-score batch matmul reduces over a head of 16 and has odd token counts on
+    both output axes, as the battery's small decoders do."""
+    import tlm
+
+    module, x = get_workload("llama_small-b1-s29").build()
+    tasks = tlm.extract_tasks(module, x, target=host)
+    shapes = {tuple(a["shape"]) for t in tasks if t.kind == "matmul" for a in t.args}
+    assert {(8, 29, 16), (8, 16, 29), (8, 29, 29)} <= shapes

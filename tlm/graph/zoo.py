@@ -262,6 +262,19 @@ FAMILIES: dict[str, Family] = {
     "vae_decoder": Family("latent", _plain(_unet("VAEDecoder")),
                           "Stable-Diffusion-style VAE decoder, 4-channel latent, x8 up-sampling (plain PyTorch)",
                           (1, 2), (16, 32)),
+    # Training-only families of small odd shapes (issue 46, item 4): every text task above has 64,
+    # 128 or 256 tokens and heads of 64, and the budget-0 pick went astray on models beyond the zoo
+    # with 24-100 tokens and heads of 16 or 32 (a 45 x 45 attention score picked at 6x the best).
+    "llama_small": Family("text", _hf_text("LlamaModel", "LlamaConfig", causal=True, vocab_size=4096,
+                                           hidden_size=128, intermediate_size=352, num_hidden_layers=2,
+                                           num_attention_heads=8, num_key_value_heads=2,
+                                           max_position_embeddings=256),
+                          "LLaMA, 2 layers, 128 hidden, 8 heads of 16 (2 kv heads), odd token counts",
+                          (1, 2), (29, 57, 113), 4096),
+    "bert_small": Family("text", _hf_text("BertModel", "BertConfig", num_hidden_layers=2, hidden_size=160,
+                                          num_attention_heads=5, intermediate_size=480, vocab_size=4096,
+                                          max_position_embeddings=256),
+                         "BERT, 2 layers, 160 hidden, 5 heads of 32, odd token counts", (1, 2), (37, 75, 147), 4096),
 }
 
 # The paper's held-out test workloads: (family, batch, size).
