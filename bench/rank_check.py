@@ -4,7 +4,9 @@
         [--min-programs 10] [--name rank-check]
 
 Each DB is a tlm record database (a directory with records.sqlite) whose tasks are in no training
-data, for example a battery cell's `work/outside-zoo/CPU-CORESc/dbs/MODEL@10g`. For every task with
+data, for example a battery cell's `work/outside-zoo/CPU-CORESc/dbs/MODEL@10g`, or a folder of a
+run's committed record shards, for example `results/full-llvm-znver4-2c/records/*/tlm@32g` (the
+held-out workloads' programs TLM@32g measured; ingested once into work/rank-check/). For every task with
 at least --min-programs correct records measured on this host's target, each cost model scores the
 measured programs; the table gives the Spearman correlation between its score and the measured
 speed, and what its top-scored program costs against the task's best (what `--budget 0` would have
@@ -24,7 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench/results"
 
 
 def spearman(a: list[float], b: list[float]) -> float:
@@ -73,6 +76,18 @@ def task_rows(db_dir: str, cost_models: dict, target, min_programs: int) -> list
     return rows
 
 
+def _db_from_shards(shards: str, db_dir: Path) -> str:
+    """A record database of the shards under `shards`, made once."""
+    from tlm.measure.database import open_db
+    from tlm.measure.shards import ingest
+
+    if not (db_dir / "records.sqlite").exists():
+        db_dir.mkdir(parents=True, exist_ok=True)
+        with open_db(str(db_dir), create=True) as db:
+            ingest(db, shards)
+    return str(db_dir)
+
+
 def write(runs: list[dict], stem: Path) -> None:
     stem.with_suffix(".json").write_text(json.dumps(runs, indent=1))
     lines = ["# Cost models re-ranking measured programs of unseen tasks", "",
@@ -86,7 +101,8 @@ def write(runs: list[dict], stem: Path) -> None:
                   "| database | task | kind | programs | cost model | Spearman | top/best | top/median | top's rank |",
                   "|---|---|---|---|---|---|---|---|---|"]
         for r in run["rows"]:
-            lines.append(f"| {Path(r['db']).name} | {r['task'][:48]} | {r['kind']} | {r['programs']} | "
+            db = r["db"] if r["db"].count("/") <= 1 else Path(r["db"]).name  # older runs kept the path
+            lines.append(f"| {db} | {r['task'][:48]} | {r['kind']} | {r['programs']} | "
                          f"{r['cost_model']} | {r['spearman']:+.2f} | {r['top_ms'] / r['best_ms']:.2f} | "
                          f"{r['top_ms'] / r['median_ms']:.2f} | {r['top_rank']} |")
         lines += [""]
@@ -125,11 +141,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"rank_check: --cost-models {label}={path}: want LABEL=DIR with a cost model", file=sys.stderr)
             return 2
     cost_models = {label: CostModel.load(path, target) for label, path in paths.items()}
+    dbs = []
     for db in args.dbs:
-        if not (Path(db) / "records.sqlite").is_file():
-            print(f"rank_check: {db}: no records.sqlite there", file=sys.stderr)
+        if (Path(db) / "records.sqlite").is_file():
+            dbs.append((db, Path(db).name))
+        elif any(Path(db).rglob("*.jsonl.xz")):  # a run's shards: RUN/records/WORKLOAD/METHOD
+            label = f"{Path(db).parent.name}/{Path(db).name}"
+            dbs.append((_db_from_shards(db, ROOT / "work/rank-check" / label.replace("/", "@")), label))
+        else:
+            print(f"rank_check: {db}: neither a record database (records.sqlite) nor record shards", file=sys.stderr)
             return 2
-    rows = [r for db in args.dbs for r in task_rows(db, cost_models, target, args.min_programs)]
+    rows = [dict(r, db=label) for db, label in dbs for r in task_rows(db, cost_models, target, args.min_programs)]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     run = {"date": time.strftime("%Y-%m-%d"), "hardware": host_label(target), "commit": commit,
            "cost_models": paths, "rows": rows}
