@@ -76,18 +76,6 @@ def task_rows(db_dir: str, cost_models: dict, target, min_programs: int) -> list
     return rows
 
 
-def _db_from_shards(shards: str, db_dir: Path) -> str:
-    """A record database of the shards under `shards`, made once."""
-    from tlm.measure.database import open_db
-    from tlm.measure.shards import ingest
-
-    if not (db_dir / "records.sqlite").exists():
-        db_dir.mkdir(parents=True, exist_ok=True)
-        with open_db(str(db_dir), create=True) as db:
-            ingest(db, shards)
-    return str(db_dir)
-
-
 def write(runs: list[dict], stem: Path) -> None:
     stem.with_suffix(".json").write_text(json.dumps(runs, indent=1))
     lines = ["# Cost models re-ranking measured programs of unseen tasks", "",
@@ -122,6 +110,7 @@ def write(runs: list[dict], stem: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     import subprocess
 
+    from ort_gap import _db_from_shards  # bench/ is on the path when a bench script runs
     from tlm.graph.target import resolve_target
     from tlm.measure.shards import host_label
     from tlm.search.costmodel import CostModel, default_cost_model

@@ -9,6 +9,7 @@ example inputs and a reference implementation that compiled models are checked a
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import tempfile
@@ -176,16 +177,19 @@ def import_onnx(path: str, conv_layout: str | None = None) -> ImportedModel:
         else:
             inputs.append(rng.standard_normal(shape).astype(dt))
 
+    @functools.cache
+    def runnable() -> str | bytes:  # the file, or its layout-0 twin built once (not per reference call)
+        return runtime_model(path, batch_first)[0]
+
     def reference(inputs: list) -> Any:
         import onnxruntime as ort
 
-        runnable, _ = runtime_model(path, batch_first)
         if batch_first:
             warnings.warn(f"ONNX Runtime cannot run batch-first (layout=1) {'/'.join(sorted(set(batch_first)))} "
                           f"nodes; the reference runs them in layout 0 between transposes", TlmWarning, stacklevel=2)
         try:
             with quiet_stderr():  # ONNX Runtime logs its refusal on stderr too
-                sess = ort.InferenceSession(runnable, providers=["CPUExecutionProvider"])
+                sess = ort.InferenceSession(runnable(), providers=["CPUExecutionProvider"])
         except Exception as err:
             raise TlmError(f"ONNX Runtime, the reference the compiled model is checked against, cannot run "
                            f"{path}: {first_line(err)}") from None
