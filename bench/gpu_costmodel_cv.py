@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -27,8 +28,59 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def training_rows(corpus: str, work: str) -> list[tuple]:
-    """(task hash, target, features, latencies) of every CUDA task group of the corpus."""
+def _program(sentence: str) -> str:
+    """A sentence without its hardware words: the H100 and H200 run the same code, and a bundle
+    built for one was filed under the other."""
+    return re.sub(r" cuda .*? space ", " space ", sentence)
+
+
+def ptxas_table(bundles: list[Path], results: list[Path]) -> dict[tuple[str, str], tuple]:
+    """(task hash, sentence) -> (kernels as (threads, blocks, dynamic shared memory), ptxas
+    resources per kernel) of every program that a GPU run compiled: the bundles' manifests say
+    what each candidate launches, the runs' results lines what ptxas reported of it."""
+    import gzip
+
+    from tlm.measure.nvcc import KernelResources
+
+    launch = {}
+    for b in bundles:
+        with gzip.open(b / "manifest.json.gz", "rt") as f:
+            man = json.load(f)
+        for e in man["tasks"]:
+            for c in e.get("candidates", []):
+                kernels = [(math.prod(k["block"]), math.prod(k["grid"]), k.get("smem", 0)) for k in c["kernels"]]
+                launch[(b.name, e["hash"], c["id"])] = (c["sentence"], kernels)
+    out = {}
+    for path in results:
+        bundle = path.name.removesuffix("-results.jsonl")
+        for line in path.read_text().splitlines():
+            r = json.loads(line)
+            got = launch.get((bundle, r["t"], r["k"]))
+            if got is None or not r.get("regs"):
+                continue
+            sentence, kernels = got
+            spill = r.get("spill", 0) or 0
+            res = [KernelResources(registers=g, smem=m, spill_bytes=spill if i == 0 else 0)
+                   for i, (g, m) in enumerate(zip(r["regs"], r["smem"]))]
+            if len(res) == len(kernels):
+                out[(r["t"], _program(sentence))] = (kernels, res)
+    return out
+
+
+def with_ptxas(x: np.ndarray, keys: list[tuple[str, str]], table: dict, target) -> np.ndarray:
+    """Features with tlm.measure.nvcc's occupancy columns appended (NaN where no run compiled it)."""
+    from tlm.measure.nvcc import PTXAS_COLUMNS, occupancy_columns
+
+    extra = np.full((len(keys), len(PTXAS_COLUMNS)), np.nan, dtype="float32")
+    for i, (task, sentence) in enumerate(keys):
+        if (task, _program(sentence)) in table:
+            extra[i] = occupancy_columns(*table[(task, _program(sentence))], target.cores, target.cpu)
+    return np.concatenate([x, extra], axis=1)
+
+
+def training_rows(corpus: str, work: str, table: dict | None = None) -> list[tuple]:
+    """(task hash, target, features, latencies) of every CUDA task group of the corpus (with the
+    ptxas columns of `table` appended, if given)."""
     from tlm.search.costmodel_data import corpus_groups, task_groups
     from tlm.graph.target import resolve_target
     from tlm.measure.database import open_db
@@ -43,11 +95,16 @@ def training_rows(corpus: str, work: str) -> list[tuple]:
                 continue
             tasks = [t for h in sorted(db.best_by_task(target.key)) if (t := db.task(h)) is not None]
             for task, x, lat in task_groups(db, target, tasks, cache=Path(work) / "features"):
+                if table is not None:  # the group's records in task_groups' order, for their sentences
+                    recs = sorted((r for r in db.records(task.hash, target.key) if r.error is None and r.median_s),
+                                  key=lambda r: r.median_s)
+                    assert [r.median_s for r in recs] == list(lat)
+                    x = with_ptxas(x, [(task.hash, r.sentence) for r in recs], table, target)
                 rows.append((task.hash, target, x, np.asarray(lat)))
     return rows
 
 
-def heldout_rows(bundle: str, results: str) -> list[tuple]:
+def heldout_rows(bundle: str, results: str, table: dict | None = None) -> list[tuple]:
     """(features, measured latencies or None, dlight's latency) of the TLM's proposals per held-out task."""
     from tlm.eval.gpu_heldout import measured
     from tlm.graph.target import resolve_target
@@ -65,7 +122,10 @@ def heldout_rows(bundle: str, results: str) -> list[tuple]:
         mine = [c for c in e.get("candidates", []) if c.get("proposer") == "tlm"]
         if mine and e["hash"] in ref:
             schs = [parse(c["sentence"], tasks[e["hash"]], target).sch for c in mine]
-            out.append((features(tasks[e["hash"]], schs, target), props[e["hash"]]["tlm"], ref[e["hash"]], target))
+            x = features(tasks[e["hash"]], schs, target)
+            if table is not None:
+                x = with_ptxas(x, [(e["hash"], c["sentence"]) for c in mine], table, target)
+            out.append((x, props[e["hash"]]["tlm"], ref[e["hash"]], target))
     return out
 
 
@@ -109,12 +169,25 @@ def main() -> int:
     ap.add_argument("--results", default="results/gpu/run-2026-12-04-h200-a")
     ap.add_argument("--configs", nargs="+", default=["{}", '{"objective": "pairwise"}'])
     ap.add_argument("--name", default="gpu-costmodel-cv")
+    ap.add_argument("--ptxas", action="store_true",
+                    help="append ptxas's occupancy columns (tlm.measure.nvcc), from the runs' results under results/gpu")
     args = ap.parse_args()
     for p in (args.corpus, args.bundle, args.results):
         if not Path(p).exists():
             print(f"gpu_costmodel_cv: {p}: no such directory", file=sys.stderr)
             return 2
-    rows, held = training_rows(args.corpus, args.work), heldout_rows(args.bundle, args.results)
+    table = None
+    if args.ptxas:
+        gpu = ROOT / "results" / "gpu"
+        table = ptxas_table(sorted(p.parent for p in gpu.glob("bundles/*/manifest.json.gz")),
+                            sorted(gpu.glob("run-*/*-results.jsonl")))
+        print(f"ptxas reports of {len(table)} programs", file=sys.stderr)
+    rows, held = training_rows(args.corpus, args.work, table), heldout_rows(args.bundle, args.results, table)
+    if table is not None:
+        known = sum(int((~np.isnan(x[:, -1])).sum()) for _, _, x, _ in rows)
+        print(f"ptxas columns known for {known} of {sum(len(x) for _, _, x, _ in rows)} training programs, "
+              f"{sum(int((~np.isnan(h[0][:, -1])).sum()) for h in held)} of "
+              f"{sum(len(h[0]) for h in held)} held-out", file=sys.stderr)
     out = []
     for spec in args.configs:
         t0 = time.monotonic()

@@ -36,3 +36,35 @@ def test_a_refused_pick_is_charged_dlight():
     x = np.array([[1.0, 0.0], [5.0, 0.0]], dtype="float32")
     assert heldout_score(model, [(x, [None, 2.0], 4.0, None)]) == 1.0  # picks row 0: refused, dlight's 4.0
     assert heldout_score(model, [(x, [1.0, 2.0], 4.0, None)]) == 4.0
+
+
+def test_ptxas_table_joins_a_runs_report_to_programs_of_either_card(tmp_path):
+    """A bundle's candidate (launch) and a run's results line (ptxas) make a program's columns; the
+    program is found by its sentence without the hardware words (a bundle built for the H100
+    filed under the H200)."""
+    import gzip
+    import json
+
+    from gpu_costmodel_cv import ptxas_table, with_ptxas
+
+    from tlm.graph.target import resolve_target
+    from tlm.measure.nvcc import PTXAS_COLUMNS
+
+    h100 = "matmul float32 8 8 cuda sm_90a 1024 sms 132 l2 50 space 3 2 tile matmul 0 8 1"
+    h200 = h100.replace("l2 50", "l2 60")
+    bundle = tmp_path / "bundle-x"
+    bundle.mkdir()
+    cand = {"id": 0, "sentence": h100, "kernels": [{"grid": [264, 1, 1], "block": [128, 2, 1], "smem": 0}]}
+    with gzip.open(bundle / "manifest.json.gz", "wt") as f:
+        json.dump({"tasks": [{"hash": "t1", "candidates": [cand]}]}, f)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "bundle-x-results.jsonl").write_text(
+        json.dumps({"t": "t1", "k": 0, "lat": [1e-5], "err": None, "regs": [32], "smem": [0], "spill": 0}) + "\n"
+        + json.dumps({"t": "t1", "k": "ref", "lat": [2e-5], "err": None, "regs": [40], "smem": [0], "spill": 0}) + "\n")
+    table = ptxas_table([bundle], [run / "bundle-x-results.jsonl"])
+    assert len(table) == 1
+    x = with_ptxas(np.zeros((2, 3), dtype="float32"), [("t1", h200), ("t1", "other")], table, resolve_target("h200"))
+    cols = dict(zip(PTXAS_COLUMNS, x[0, 3:]))
+    assert x.shape == (2, 3 + len(PTXAS_COLUMNS)) and np.isnan(x[1, 3:]).all()
+    assert (cols["threads"], cols["blocks"], cols["registers"], cols["resident_blocks"], cols["waves"]) == (256, 264, 32, 8, 0.25)

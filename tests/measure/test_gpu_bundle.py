@@ -111,6 +111,28 @@ def test_ptxas_report_and_launch_limits():
     assert "ptxas" in launch_error(small, "p9_", res)
 
 
+def test_occupancy_columns_follow_cudas_rules():
+    """sm_90: 2048 threads, 32 blocks, 64K registers (per warp in units of 256) and 228 KB of
+    shared memory (1 KB reserved per block) per SM; the columns describe the kernel with the most
+    threads in all."""
+    from tlm.measure.nvcc import PTXAS_COLUMNS, KernelResources, occupancy_columns
+
+    def cols(kernels, res, sms=132):
+        return dict(zip(PTXAS_COLUMNS, occupancy_columns(kernels, res, sms, "sm_90a")))
+
+    full = cols([(256, 132 * 8, 0)], [KernelResources(registers=32)])
+    assert (full["resident_blocks"], full["occupancy"], full["waves"], full["last_wave_fill"]) == (8, 1.0, 1.0, 1.0)
+    regs = cols([(256, 100, 0)], [KernelResources(registers=128)])  # 4096 per warp x 8 warps: 2 blocks
+    assert (regs["resident_blocks"], regs["occupancy"]) == (2, 0.25)
+    smem = cols([(128, 1000, 32768)], [KernelResources(registers=16, smem=16384)])  # 49 KB: 4 blocks
+    assert smem["resident_blocks"] == 4 and smem["smem"] == 49152
+    assert smem["waves"] == 1000 / (4 * 132) and smem["last_wave_fill"] == smem["waves"] / 2
+    two = cols([(32, 1, 0), (512, 64, 0)], [KernelResources(registers=255, spill_bytes=8), KernelResources(registers=64)])
+    assert (two["kernels"], two["threads"], two["registers"], two["spill_bytes"]) == (2, 512, 64, 8)
+    assert two["min_occupancy"] == 8 * 32 / 2048  # the first: 255 registers, 8192 a warp, 8 blocks of 1 warp
+    assert occupancy_columns([], [], 132, "sm_90a") == [0.0] * len(PTXAS_COLUMNS)
+
+
 FIRST_DRAWS = [-0.06933, -0.248325, -0.996533]
 
 

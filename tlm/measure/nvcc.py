@@ -11,6 +11,7 @@ refuse it (`launch_error`).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -132,3 +133,48 @@ def launch_error(prog: CudaProgram, prefix: str, resources: dict[str, KernelReso
         if res.smem + kn.smem > max_smem:
             return f"{kn.name}: {res.smem + kn.smem} bytes of shared memory exceed {max_smem}"
     return None
+
+
+# What decides how many blocks of a kernel an SM holds at once, per compute capability (CUDA's
+# occupancy rules: threads, blocks, registers allocated per warp in units of 256, shared memory
+# with 1 KB reserved per block). sm_90: H100 and H200.
+SM_LIMITS = {
+    "sm_90": {"threads": 2048, "blocks": 32, "registers": 65536, "smem": 233472},
+    "sm_80": {"threads": 2048, "blocks": 32, "registers": 65536, "smem": 167936},
+    "sm_86": {"threads": 1536, "blocks": 16, "registers": 65536, "smem": 102400},
+    "sm_89": {"threads": 1536, "blocks": 24, "registers": 65536, "smem": 102400},
+    "sm_75": {"threads": 1024, "blocks": 16, "registers": 65536, "smem": 65536},
+    "sm_70": {"threads": 2048, "blocks": 32, "registers": 65536, "smem": 98304},
+}
+PTXAS_COLUMNS = ("kernels", "registers", "spill_bytes", "smem", "threads", "blocks", "resident_blocks",
+                 "occupancy", "waves", "last_wave_fill", "min_occupancy")
+
+
+def occupancy_columns(kernels: list[tuple[int, int, int]], resources: list[KernelResources], sms: int,
+                      arch: str) -> list[float]:
+    """What ptxas's report says of a program's launch (PTXAS_COLUMNS): kernels as (threads per
+    block, blocks, dynamic shared memory bytes) in launch order, each with its ptxas resources.
+    The columns after the first three describe the kernel with the most threads in all (the
+    program's main loop nest, as far as its launch tells): its registers, shared memory, threads
+    per block and blocks, how many blocks an SM holds at once, the warps that gives against the
+    SM's, the waves its grid runs in over `sms` SMs and how full the last one is; then the lowest
+    occupancy of any kernel. Known before any run: the cost model may read them at budget 0."""
+    lim = SM_LIMITS.get(_arch(arch).rstrip("a"), SM_LIMITS["sm_90"])
+    rows = []
+    for (threads, blocks, dyn), res in zip(kernels, resources):
+        warps = max(1, -(-threads // 32))
+        per_warp = -(-res.registers * 32 // 256) * 256
+        smem = res.smem + dyn
+        resident = min(lim["blocks"], lim["threads"] // (warps * 32),
+                       lim["registers"] // (per_warp * warps) if per_warp else lim["blocks"],
+                       lim["smem"] // (smem + 1024) if smem else lim["blocks"])
+        resident = max(1, resident)
+        waves = blocks / (resident * max(1, sms))
+        fill = waves / math.ceil(waves) if waves > 0 else 0.0
+        rows.append((threads * blocks, res.registers, smem, threads, blocks, resident,
+                     resident * warps * 32 / lim["threads"], waves, fill))
+    if not rows:
+        return [0.0] * len(PTXAS_COLUMNS)
+    main = max(rows, key=lambda r: r[0])
+    return [float(len(rows)), float(main[1]), float(sum(r.spill_bytes for r in resources)), float(main[2]),
+            float(main[3]), float(main[4]), float(main[5]), main[6], main[7], main[8], min(r[6] for r in rows)]
