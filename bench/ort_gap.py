@@ -27,8 +27,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
-from xcore import median_trip, round_trip_ns  # bench/ is on the path when a bench script runs
+from xcore import median_trip, round_trip_ns, split_by_placement  # bench/ is on the path when a bench script runs
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS = ["bert_tiny", "bert_base", "gpt2", "resnet_50", "mobilenet_v2", "dcgan"]
@@ -134,6 +135,28 @@ def _torch_compiled(module, inputs) -> tuple:
         return None, "torch.compile failed: " + (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
 
 
+def kernels_alone(lib, args) -> Callable[[], float]:
+    """A timer of a library's kernels alone (ms): each kernel call of one whole call (TVM's VM
+    instrument) timed by TVM's timer on the arguments it had there (>= 5 ms each, as the tuner
+    times a task), summed. Issue 46 asks the whole call within 1.1x of it."""
+    import tvm
+    from tvm import relax
+
+    calls = []
+
+    def instrument(func, symbol, before, _ret, *call_args):
+        if before and not symbol.startswith("vm."):
+            calls.append((symbol, call_args))
+        return 0
+
+    vm = relax.VirtualMachine(lib, tvm.cpu())
+    vm.set_instrument(instrument)
+    vm["main"](*args)
+    kernels = lib.imports[0]  # the compiled kernels, for TVM's timer
+    timers = {sym: kernels.time_evaluator(sym, tvm.cpu(), number=1, repeat=1, min_repeat_ms=5) for sym, _ in calls}
+    return lambda: sum(timers[sym](*call_args).mean for sym, call_args in calls) * 1e3
+
+
 def time_workload(name: str, artifacts: dict[str, str], rounds: int, one_thread: bool = False,
                   torch_compile: bool = True) -> dict:
     """One interleaved run: every tlm library of `artifacts` (build -> .so, host threads), the first
@@ -163,8 +186,10 @@ def time_workload(name: str, artifacts: dict[str, str], rounds: int, one_thread:
 
     runners, close = {}, None
     for build, artifact in artifacts.items():
-        vm = relax.VirtualMachine(tvm.runtime.load_module(artifact), tvm.cpu())
+        lib = tvm.runtime.load_module(artifact)
+        vm = relax.VirtualMachine(lib, tvm.cpu())
         runners[f"tlm:{build}"] = timer(lambda vm=vm: vm["main"](*args))
+        runners[f"alone:{build}"] = kernels_alone(lib, args)
     if one_thread:
         runners["tlm_1thread"], close = one_thread_timer(next(iter(artifacts.values())), arrays)
     out: dict = {"threads": threads, "onnxruntime_note": None, "torch_compile_note": None}
@@ -187,8 +212,15 @@ def time_workload(name: str, artifacts: dict[str, str], rounds: int, one_thread:
     if close:
         close()
     out["tlm_ms"] = {k.split(":", 1)[1]: round(statistics.median(v), 4) for k, v in times.items() if k.startswith("tlm:")}
+    out["alone_ms"] = {k.split(":", 1)[1]: round(statistics.median(v), 4) for k, v in times.items() if k.startswith("alone:")}
+    out["whole_over_alone"] = {}  # per build: the median of each round's whole / alone, all rounds, CPUs near, far
+    for build in artifacts:
+        ratios = [w / a for w, a in zip(times[f"tlm:{build}"], times[f"alone:{build}"])]
+        near, far = split_by_placement(trips, ratios)
+        out["whole_over_alone"][build] = {k: (round(statistics.median(v), 3) if v else None, len(v))
+                                          for k, v in (("all", ratios), ("near", near), ("far", far))}
     for key, values in times.items():
-        if not key.startswith("tlm:"):
+        if not key.startswith(("tlm:", "alone:")):
             out[f"{key}_ms"] = round(statistics.median(values), 4)
     out.update(rounds=rounds, load=round(os.getloadavg()[0], 2), timed=time.strftime("%Y-%m-%d %H:%M"),
                round_trip_ns=median_trip(trips),
@@ -212,6 +244,15 @@ def _ratio(a, b) -> str:
     return f"{a / b:.2f}x" if a and b else "-"
 
 
+def _over_alone(w: dict | None) -> str:
+    """`1.08x (1.05x in 7, 1.40x in 2)`: whole / kernels alone over all rounds (median of the
+    rounds' ratios), then over the rounds with the two CPUs near and far (how many; `-` in none)."""
+    if not w or w["all"][0] is None:
+        return "-"
+    part = lambda k: f"{w[k][0]:.2f}x in {w[k][1]}" if w[k][0] is not None else "-"  # noqa: E731
+    return f"{w['all'][0]:.2f}x ({part('near')}, {part('far')})"
+
+
 def headline(rows: list[dict]) -> list[str]:
     """The newest `--readme` run's rows as one table (a column per tlm build): the README's headline."""
     runs = [r for r in rows if r.get("run")]
@@ -224,9 +265,11 @@ def headline(rows: list[dict]) -> list[str]:
     best = builds[-1]  # the last build named is the one compared (e.g. budget 10g)
     names = list(dict.fromkeys(r["workload"] for r in rows))
     label = (lambda b: "TLM@" + b.split(" ", 1)[1] if b.startswith("budget ") else b)
+    alone = any(r.get("whole_over_alone") for r in rows)  # runs before 2026-12-06 14:00 did not time it
     lines = [f"| workload | {' | '.join(label(b) + ' ms' for b in builds)} | PyTorch ms | torch.compile ms | "
-             f"ONNX Runtime ms | {label(best)} vs ONNX Runtime | vs PyTorch | vs torch.compile | matches |",
-             "|" + "---|" * (len(builds) + 8)]
+             f"ONNX Runtime ms | {label(best)} vs ONNX Runtime | vs PyTorch | vs torch.compile | "
+             + (f"{label(best)} whole / kernels alone (CPUs near, far) | " if alone else "") + "matches |",
+             "|" + "---|" * (len(builds) + 8 + alone)]
     for name in names:
         by = {r["build"]: r for r in rows if r["workload"] == name}
         r = by.get(best) or next(iter(by.values()))
@@ -234,7 +277,9 @@ def headline(rows: list[dict]) -> list[str]:
         lines.append(f"| {name} | {' | '.join(_fmt(by[b]['tlm_ms']) if b in by else '-' for b in builds)} | "
                      f"{_fmt(r['pytorch_ms'])} | {_fmt(r.get('torch_compile_ms'))} | {_fmt(r.get('onnxruntime_ms'))} | "
                      f"{_ratio(r.get('onnxruntime_ms'), t)} | {_ratio(r['pytorch_ms'], t)} | "
-                     f"{_ratio(r.get('torch_compile_ms'), t)} | {all(x['matches'] for x in by.values())} |")
+                     f"{_ratio(r.get('torch_compile_ms'), t)} | "
+                     + (f"{_over_alone(by[best].get('whole_over_alone') if best in by else None)} | " if alone else "")
+                     + f"{all(x['matches'] for x in by.values())} |")
     r0 = rows[0]
     return [f"{r0['date']}, {r0['hardware']}, commit {r0['commit']}, {r0['threads']} threads for every contender, "
             f"median of {r0.get('rounds', 5)} interleaved rounds; speeds as the other's time over tlm's (above 1x: "
@@ -257,16 +302,21 @@ def write(rows: list[dict], stem: Path, readme: Path | None = None, block: str =
               "child process: what tlm ran with on 2-core hosts before 2026-11-28). Ratios: the other's time over "
               "tlm's (above 1: tlm faster). `round trip ns` (rows from 2026-11-29 03:40 on): the median over the rounds "
               "of the cache-line round trip between CPU 0 and CPU 1 (`bench/xcore.py`; ~70 ns with both on one "
-              "core complex, ~350 across, which slows every multi-threaded contender's whole call).", "",
+              "core complex, ~350 across, which slows every multi-threaded contender's whole call). `kernels alone` (rows "
+              "from 2026-12-06 14:00 on): each kernel call of the library timed alone by TVM's timer on its arguments "
+              "in the model (>= 5 ms each, as the tuner times a task), summed, in the same rounds; `whole / kernels "
+              "alone`: the median of the rounds' ratios, then over the rounds with the CPUs near (round trip < 150 ns) "
+              "and far, with their counts (issue 46 asks at most 1.1x).", "",
               "| date | hardware | commit | workload | build | tlm ms | tlm 1-thread ms | PyTorch ms | torch.compile ms | "
-              "ORT ms | ORT/tlm | ORT/tlm 1-thread | PyTorch/tlm | threads | load | round trip ns | matches |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "ORT ms | ORT/tlm | ORT/tlm 1-thread | PyTorch/tlm | threads | load | round trip ns | matches | "
+              "kernels alone ms | whole / kernels alone (CPUs near, far) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ort, t, t1, pt = r.get("onnxruntime_ms"), r["tlm_ms"], r.get("tlm_1thread_ms"), r["pytorch_ms"]
         lines.append(f"| {r['date']} | {r['hardware']} | {r['commit']} | {r['workload']} | {r['build']} | {_fmt(t)} | "
                      f"{_fmt(t1)} | {_fmt(pt)} | {_fmt(r.get('torch_compile_ms'))} | {_fmt(ort)} | {_ratio(ort, t)} | "
                      f"{_ratio(ort, t1)} | {_ratio(pt, t)} | {r['threads']} | {r['load']} | {_fmt(r.get('round_trip_ns'))} | "
-                     f"{r['matches']} |")
+                     f"{r['matches']} | {_fmt(r.get('kernels_alone_ms'))} | {_over_alone(r.get('whole_over_alone'))} |")
     notes = [f"- {r['workload']} ({r['date']}): ONNX Runtime did not run: {r['onnxruntime_note']}"
              for r in rows if r.get("onnxruntime_note")]
     notes += sorted({f"- {r['workload']} ({r['date']}): {r['torch_compile_note']}" for r in rows if r.get("torch_compile_note")})
@@ -366,8 +416,9 @@ def main(argv: list[str] | None = None) -> int:
         timing = time_workload(name, {b: i["artifact"] for b, i in infos.items()}, args.rounds,
                                args.one_thread, not args.no_torch_compile)
         for build, info in infos.items():
-            row = {k: v for k, v in timing.items() if k not in ("tlm_ms", "per_round")}
-            row.update(tlm_ms=timing["tlm_ms"][build], workload=name, build=build, matches=info["matches"],
+            row = {k: v for k, v in timing.items() if k not in ("tlm_ms", "alone_ms", "whole_over_alone", "per_round")}
+            row.update(tlm_ms=timing["tlm_ms"][build], kernels_alone_ms=timing["alone_ms"].get(build),
+                       whole_over_alone=timing["whole_over_alone"].get(build), workload=name, build=build, matches=info["matches"],
                        tasks=info.get("tasks"), measurements=info.get("measurements"), hardware=hardware,
                        commit=commit, date=time.strftime("%Y-%m-%d"), records=args.db_root if build.endswith(" records") else None, run=run_id,
                        command=command, readme=args.readme is not None)

@@ -43,3 +43,16 @@ def test_the_command_named_leaves_the_readme_flag_out():
         "--budget", "0,10g", "--rounds", "9"]
     assert ort_gap._without_readme(["--rounds", "9", "--readme"]) == ["--rounds", "9"]
     assert ort_gap._without_readme(["--readme", "--rounds", "9"]) == ["--rounds", "9"]
+
+
+def test_the_whole_call_against_its_kernels_alone_gets_a_column_in_runs_that_timed_it(tmp_path):
+    row = _row("budget 10g", 175.0) | {"kernels_alone_ms": 160.0,
+                                       "whole_over_alone": {"all": [1.09, 9], "near": [1.05, 7], "far": [1.4, 2]}}
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- ort-gap:begin -->\n<!-- ort-gap:end -->\n")
+    ort_gap.write([_row("budget 0", 250.0) | {"whole_over_alone": None}, row], tmp_path / "gap", readme)
+    text = readme.read_text()
+    assert "TLM@10g whole / kernels alone (CPUs near, far) |" in text
+    assert "| 1.00x | 1.26x | 1.18x | 1.09x (1.05x in 7, 1.40x in 2) | True |" in text
+    assert "| True | 160 | 1.09x (1.05x in 7, 1.40x in 2) |" in (tmp_path / "gap.md").read_text()
+    assert ort_gap._over_alone({"all": [1.2, 3], "near": [None, 0], "far": [1.2, 3]}) == "1.20x (-, 1.20x in 3)"
