@@ -6,10 +6,13 @@ dlight's summed latency over the picks'; a pick that was refused is charged dlig
 
     python bench/gpu_costmodel_cv.py [--corpus work/gpu-lm2/corpus] [--work work/gpu-lm2/cm-work]
         [--bundle work/gpu3/bundle-heldout-all] [--results results/gpu/run-2026-12-04-h200-a]
-        [--configs '{}' '{"objective": "pairwise"}' ...] [--name gpu-costmodel-cv]
+        [--configs '{}' '{"objective": "pairwise"}' ...] [--name gpu-costmodel-cv] [--ptxas]
 
 Each --configs entry is a JSON object of CostModelConfig fields (over the shipped ones, with
-cpu_columns). Rows go to bench/results/NAME.json and .md.
+cpu_columns). `--ptxas` appends to every program's features what ptxas reported of it in the GPU
+runs under results/gpu (registers, shared memory, occupancy: tlm.measure.nvcc.occupancy_columns),
+which a pick at budget 0 could know only by compiling its samples with nvcc. Rows go to
+bench/results/NAME.json and .md.
 """
 
 from __future__ import annotations
