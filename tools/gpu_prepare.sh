@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything the next GPU call needs (issue 49), built here without a GPU; re-running resumes.
 #
-#   bash tools/gpu_prepare.sh            # build (plans: ~3 min each; bundle C, if absent: ~1.5 h on 2 cores)
+#   bash tools/gpu_prepare.sh            # build (plans: ~3 min each; bundle C's rest, if absent: ~10 min on 2 cores)
 #   bash tools/gpu_prepare.sh --print    # only print what is ready and the device call
 #
 # The call after run-2026-12-04-h200-a (H200; its held-out bundle measured every contender):
@@ -12,22 +12,25 @@
 #    run's records), and dlight plans of resnet_50 and mobilenet_v2 again: the zoo's BatchNorm
 #    statistics are calibrated since, and the plans carry the CPU output they are checked against;
 #    bert_base's and gpt2's dlight plans from run -a are kept (results/gpu/bundles/plans-2026-12-04);
-# 3. bundle C (BUNDLE_C: training tasks of 20 more workloads, 571 tasks, 5,105 programs; built with
-#    `tlm gpu bundle` and seed 0 when absent): run -a measured its first 2,072, so the call seeds
-#    the runner with them (RESUME) and measures the 3,033 left.
+# 3. the rest of bundle C (BUNDLE_C: training tasks of 20 more workloads, 571 tasks, 5,138 programs, of
+#    which run -a measured the first 2,072): `tlm gpu bundle --rest-of` builds the 3,066 left from the
+#    committed manifest's sentences and tasks (results/gpu/bundles/bundle-c), with no sampling and no
+#    extraction (was: the whole bundle rebuilt with seed 0, ~1.5 h, and the runner seeded with RESUME).
 # The call (one, ~9 minutes) carries about 45 MiB with `tools/device_tree.sh drop` (restore after it).
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 TLM=${TLM:-.venv/bin/tlm}
-BUNDLE_C=${BUNDLE_C:-work/gpu2/bundle-c}
+BUNDLE_C=${BUNDLE_C:-work/gpu2/bundle-c-rest}
 DBS=${DBS:-work/gpu4}
 PLANS_DIR=${PLANS_DIR:-work/gpu4/plans}
 HELDOUT_ALL=${HELDOUT_ALL:-results/gpu/bundles/bundle-heldout-all}  # its manifest and tasks: all ingest reads
 RUN_A=results/gpu/run-2026-12-04-h200-a
-SOURCES_C="bert_base-b1-s256 gpt2-b1-s256 bert_medium-b1-s128 bert_large-b1-s128 llama-b1-s128 bert_base-b2-s128
-gpt2-b2-s128 vit-b1-i224 bert_tiny-b1-s256 llama-b2-s64 resnet_50-b1-i256 mobilenet_v2-b1-i256 densenet_121-b1-i224
-resnext_50-b1-i240 vgg_16-b1-i224 inception_v3-b1-i299 efficientnet-b1-i240 mobilenet_v3-b1-i240 wide_resnet_50-b1-i224
-resnet_18-b1-i224"
+# Bundle C itself was `tlm gpu bundle --target h100 --per-task 12 --jobs 2 --task-seconds 30 --skip
+# results/gpu/bundles/bundle-a results/gpu/bundles/bundle-b --sources bert_base-b1-s256 gpt2-b1-s256
+# bert_medium-b1-s128 bert_large-b1-s128 llama-b1-s128 bert_base-b2-s128 gpt2-b2-s128 vit-b1-i224
+# bert_tiny-b1-s256 llama-b2-s64 resnet_50-b1-i256 mobilenet_v2-b1-i256 densenet_121-b1-i224 resnext_50-b1-i240
+# vgg_16-b1-i224 inception_v3-b1-i299 efficientnet-b1-i240 mobilenet_v3-b1-i240 wide_resnet_50-b1-i224
+# resnet_18-b1-i224` (seed 0).
 
 if [ "${1:-}" != "--print" ]; then
   if [ ! -f "$HELDOUT_ALL/manifest.json.gz" ]; then
@@ -49,15 +52,15 @@ if [ "${1:-}" != "--print" ]; then
       -o "$PLANS_DIR/$w-tlm0"
   done
   [ -f "$BUNDLE_C/manifest.json.gz" ] && [ -f "$BUNDLE_C/tasks.json.xz" ] ||
-    nice -n 10 $TLM gpu bundle --target h100 --sources $SOURCES_C --per-task 12 --jobs 2 --task-seconds 30 \
-      --skip results/gpu/bundles/bundle-a results/gpu/bundles/bundle-b --out "$BUNDLE_C"
+    nice -n 10 $TLM gpu bundle --target h100 --jobs 2 --out "$BUNDLE_C" \
+      --rest-of results/gpu/bundles/bundle-c $RUN_A results/gpu/run-2026-12-04-h200-b
 fi
 du -sh "$BUNDLE_C" "$PLANS_DIR" 2>/dev/null || true
 cat <<EOT
 Ready. The call (device tool, one command; check \`status\` first, and give_back if no second call follows):
   bash tools/device_tree.sh drop
-  run: command='PLANS="\$(ls -d $PLANS_DIR/*)" PLAN_SECONDS=60 PYTORCH=1 COMPILE=1 PYTORCH_SECONDS=200 BUDGET=560 RESUME=$RUN_A bash bench/gpu_device.sh $BUNDLE_C:480 2>&1 | grep -v pow_by_natural'
-       carry=["$BUNDLE_C", "$PLANS_DIR", "$RUN_A"] timeout_s=600
+  run: command='PLANS="\$(ls -d $PLANS_DIR/*)" PLAN_SECONDS=60 PYTORCH=1 COMPILE=1 PYTORCH_SECONDS=200 BUDGET=560 bash bench/gpu_device.sh $BUNDLE_C:480 2>&1 | grep -v pow_by_natural'
+       carry=["$BUNDLE_C", "$PLANS_DIR"] timeout_s=600
   bash tools/device_tree.sh restore
 Then, here: copy the call's files to results/gpu/run-<date>-<card>-<letter>/ (the card: status's device), and
   python bench/gpu_plans.py results/gpu/run-...            (bench/results/gpu-e2e.md)

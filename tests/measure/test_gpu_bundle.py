@@ -308,6 +308,27 @@ def test_bundle_of_proposed_sentences(bundle, tmp_path):
         build_bundle(tasks, BundleConfig(jobs=1, candidates=str(tmp_path / "none.jsonl")), tmp_path / "c", progress=False)
 
 
+def test_the_rest_of_a_bundle_cut_short_is_built_from_its_sentences(bundle, tmp_path):
+    """A run that measured the first task only: the rest (`tlm gpu bundle --rest-of`) holds the
+    other task's programs, the same sentences and proposer, and no sampling again."""
+    from tlm.measure.gpu_bundle import BundleConfig, build_bundle
+    from tlm.measure.gpu_ingest import write_unmeasured
+
+    out, tasks, manifest = bundle
+    first, second = manifest["tasks"]
+    _fake_run(tmp_path / "run", {"tasks": [first]})
+    rest = tmp_path / "rest.jsonl"
+    assert write_unmeasured(out, [tmp_path / "run"], rest) == len(second["candidates"])
+    got = build_bundle(tasks, BundleConfig(jobs=1, candidates=str(rest)), tmp_path / "b", progress=False)
+    (entry,) = got["tasks"]
+    assert entry["hash"] == second["hash"]
+    assert [(c["proposer"], c["sentence"]) for c in entry["candidates"]] == \
+        [(c.get("proposer", "random"), c["sentence"]) for c in second["candidates"]]
+    assert write_unmeasured(out, [tmp_path / "run", tmp_path / "run"], rest) == len(second["candidates"])
+    with pytest.raises(TlmError, match="no results"):
+        write_unmeasured(out, [tmp_path / "none"], rest)
+
+
 def test_ingest_under_another_card_of_the_same_code(bundle, tmp_path):
     """An H200 bundle measured on an H100: its records are the H100's, prompts included; a card
     whose programs differ (another arch) is refused."""

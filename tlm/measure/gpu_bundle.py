@@ -25,7 +25,6 @@ build resumes with the tasks it has not written.
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import lzma
@@ -361,34 +360,3 @@ def bundle_hashes(bundle: str | Path) -> set[str]:
     if not found:
         raise TlmError(f"--skip {bundle}: not a GPU bundle (no tasks/ and no {MANIFEST})")
     return found
-
-
-def _cmd_bundle(args: argparse.Namespace) -> int:
-    cfg = BundleConfig(target=args.target, per_task=args.per_task, seed=args.seed, jobs=args.jobs,
-                       task_seconds=args.task_seconds, candidates=args.candidates)
-    target = resolve_target(args.target)
-    skip = {h for b in args.skip for h in bundle_hashes(b)}
-    tasks = [t for t in bundle_tasks(args.sources, target, args.hold_out, None) if t.hash not in skip]
-    tasks = tasks[: args.limit] if args.limit else tasks
-    manifest = build_bundle(tasks, cfg, args.out)
-    n = sum(len(t.get("candidates", [])) for t in manifest["tasks"])
-    print(f"{args.out}: {len(manifest['tasks'])} tasks, {n} programs for {manifest['card'] or manifest['arch']}")
-    return 0
-
-
-def add_bundle_cli(sub) -> None:
-    """`tlm gpu bundle` (tlm.measure.gpu_cli)."""
-    p = sub.add_parser("bundle", help="build a GPU measurement bundle here (no GPU needed)")
-    p.add_argument("--target", default="h200", help="a GPU name (h100, h200, a100, ...) or a CUDA target dict")
-    p.add_argument("--sources", nargs="+", default=["train-set"], help="workloads (zoo names, train-set)")
-    p.add_argument("--hold-out", default="test", choices=["test", "none"], help="drop tasks of the test workloads")
-    p.add_argument("--per-task", type=int, default=10)
-    p.add_argument("--limit", type=int, default=None, help="first N tasks only")
-    p.add_argument("--skip", nargs="*", default=[], help="bundles whose tasks this one leaves out")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--jobs", type=int, default=2)
-    p.add_argument("--task-seconds", type=float, default=60.0)
-    p.add_argument("--candidates", default=None,
-                   help="JSON lines {task, proposer, sentence}: bundle these programs of those tasks instead of random ones")
-    p.add_argument("--out", required=True)
-    p.set_defaults(func=_cmd_bundle)

@@ -1,6 +1,7 @@
 """`tlm gpu`: GPU programs built here, measured where a GPU is.
 
     tlm gpu bundle --target h200 --sources ... --out BUNDLE     (here, no GPU: tlm.measure.gpu_bundle)
+    tlm gpu bundle --target h100 --rest-of BUNDLE RUN... --out B (what RUNs left of BUNDLE, no sampling)
     tlm gpu run BUNDLE --out RESULTS [--seconds S]              (on the GPU machine: tlm.measure.cuda_runner)
     tlm gpu ingest BUNDLE RESULTS [--corpus data/corpus]        (here: tlm.measure.gpu_ingest)
     tlm gpu plan WORKLOAD --target h100 --out PLAN              (here: tlm.compiler.gpu_plan, a whole model)
@@ -12,6 +13,57 @@ and `python -m tlm.measure.cuda_plan PLAN --out RESULTS` runs a plan.
 from __future__ import annotations
 
 import argparse
+
+
+def _cmd_bundle(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tlm.errors import TlmError
+    from tlm.graph.target import resolve_target
+    from tlm.measure.gpu_bundle import BundleConfig, build_bundle, bundle_hashes, bundle_tasks, read_tasks
+
+    if args.rest_of:  # the programs an earlier bundle's runs left unmeasured, as candidates
+        from tlm.measure.gpu_ingest import write_unmeasured
+
+        if args.candidates:
+            raise TlmError("--rest-of and --candidates both name the programs: give one")
+        args.candidates = str(Path(args.out) / "candidates-rest.jsonl")
+        n = write_unmeasured(args.rest_of[0], args.rest_of[1:], args.candidates)
+        print(f"{args.rest_of[0]}: {n} programs not measured by {', '.join(args.rest_of[1:]) or 'any run'}")
+    cfg = BundleConfig(target=args.target, per_task=args.per_task, seed=args.seed, jobs=args.jobs,
+                       task_seconds=args.task_seconds, candidates=args.candidates)
+    target = resolve_target(args.target)
+    skip = {h for b in args.skip for h in bundle_hashes(b)}
+    # --rest-of: the earlier bundle's own tasks (its TIR as measured then; no extraction)
+    found = list(read_tasks(args.rest_of[0]).values()) if args.rest_of else \
+        bundle_tasks(args.sources, target, args.hold_out, None)
+    tasks = [t for t in found if t.hash not in skip]
+    tasks = tasks[: args.limit] if args.limit else tasks
+    manifest = build_bundle(tasks, cfg, args.out)
+    n = sum(len(t.get("candidates", [])) for t in manifest["tasks"])
+    print(f"{args.out}: {len(manifest['tasks'])} tasks, {n} programs for {manifest['card'] or manifest['arch']}")
+    return 0
+
+
+def _add_bundle_cli(sub) -> None:
+    """`tlm gpu bundle`."""
+    p = sub.add_parser("bundle", help="build a GPU measurement bundle here (no GPU needed)")
+    p.add_argument("--target", default="h200", help="a GPU name (h100, h200, a100, ...) or a CUDA target dict")
+    p.add_argument("--sources", nargs="+", default=["train-set"], help="workloads (zoo names, train-set)")
+    p.add_argument("--hold-out", default="test", choices=["test", "none"], help="drop tasks of the test workloads")
+    p.add_argument("--per-task", type=int, default=10)
+    p.add_argument("--limit", type=int, default=None, help="first N tasks only")
+    p.add_argument("--skip", nargs="*", default=[], help="bundles whose tasks this one leaves out")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--task-seconds", type=float, default=60.0)
+    p.add_argument("--candidates", default=None,
+                   help="JSON lines {task, proposer, sentence}: bundle these programs of those tasks instead of random ones")
+    p.add_argument("--rest-of", nargs="+", default=None, metavar=("BUNDLE", "RUN"),
+                   help="the programs of BUNDLE's manifest that no RUN (a GPU run's folder) measured, as "
+                        "--candidates, of BUNDLE's own tasks (--sources is not read)")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_cmd_bundle)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -40,12 +92,10 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def register_cli(sub) -> None:
-    from tlm.measure.gpu_bundle import add_bundle_cli
-
     gpu = sub.add_parser("gpu", help="GPU programs: bundle here, run on a GPU machine, ingest here")
     gsub = gpu.add_subparsers(dest="gpu_command", required=True)
     gpu.set_defaults(gpu_subparsers=gsub)  # later stages add theirs (tlm.compiler.gpu_plan: `tlm gpu plan`)
-    add_bundle_cli(gsub)
+    _add_bundle_cli(gsub)
     p = gsub.add_parser("run", help="compile and measure a bundle on this machine's GPU")
     p.add_argument("bundle")
     p.add_argument("--out", required=True)

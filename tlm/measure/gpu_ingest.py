@@ -123,3 +123,31 @@ def ingest_results(bundle: str | Path, results: str | Path, db_dir: str, corpus:
     wrong = sum(1 for r in out if (r.error or "").startswith("WrongResult"))
     ok = sum(1 for r in out if r.ok)
     return GpuIngestReport(len(out), ok, wrong, len(out) - ok - wrong, shards)
+
+
+def write_unmeasured(bundle: str | Path, runs: list[str | Path], out: str | Path) -> int:
+    """Writes `out`, JSON lines {task, proposer, sentence} (`tlm gpu bundle --candidates`), of the
+    programs of `bundle`'s manifest that none of `runs` has a line for (measured, wrong or failed
+    alike): a bundle cut short by a GPU call's time is finished by a bundle of its rest, built from
+    the manifest's sentences without sampling again. Returns how many programs it wrote."""
+    import os
+
+    from tlm.measure.cuda_measure import read_lines, read_manifest
+
+    man = read_manifest(bundle)
+    name = Path(bundle).name
+    done = set()
+    for run in runs:
+        path = Path(run) / f"{name}-results.jsonl"
+        path = path if path.exists() else Path(run) / "results.jsonl"  # a call of this one bundle
+        if not path.exists():
+            raise TlmError(f"{run} has no results of {name} ({name}-results.jsonl)")
+        done |= {(r.get("t"), r.get("k")) for r in read_lines(path)}
+    lines = [json.dumps({"task": e["hash"], "proposer": c.get("proposer", "random"), "sentence": c["sentence"]})
+             for e in man["tasks"] for c in e.get("candidates", []) if (e["hash"], c["id"]) not in done]
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in lines))
+    os.replace(tmp, out)
+    return len(lines)
