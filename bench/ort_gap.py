@@ -27,9 +27,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
 
-from xcore import median_trip, round_trip_ns, split_by_placement  # bench/ is on the path when a bench script runs
+from vm_profile import kernels_alone  # bench/ is on the path when a bench script runs
+from xcore import median_trip, round_trip_ns, split_by_placement
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS = ["bert_tiny", "bert_base", "gpt2", "resnet_50", "mobilenet_v2", "dcgan"]
@@ -133,33 +133,6 @@ def _torch_compiled(module, inputs) -> tuple:
         return (lambda: compiled(*inputs)), None
     except Exception as err:  # noqa: BLE001 - a contender that fails is a note, not the run's end
         return None, "torch.compile failed: " + (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-
-
-def kernels_alone(lib, args) -> Callable[[], float]:
-    """A timer of a library's kernels alone (ms): each kernel call of one whole call (TVM's VM
-    instrument) timed by TVM's timer on the arguments it had there (>= 5 ms each, as the tuner
-    times a task), summed. Issue 46 asks the whole call within 1.1x of it."""
-    import tvm
-    from tvm import relax
-
-    calls = []
-
-    def instrument(func, symbol, before, _ret, *call_args):
-        if before and not symbol.startswith("vm."):
-            calls.append((symbol, call_args))
-        return 0
-
-    vm = relax.VirtualMachine(lib, tvm.cpu())
-    vm.set_instrument(instrument)
-    vm["main"](*args)
-    kernels = lib.imports[0]  # the compiled kernels, for TVM's timer
-    timers = {sym: kernels.time_evaluator(sym, tvm.cpu(), number=1, repeat=1, min_repeat_ms=5) for sym, _ in calls}
-
-    def run() -> float:
-        return sum(timers[sym](*call_args).mean for sym, call_args in calls) * 1e3
-
-    run.kernels = [sym for sym, _ in calls]  # the kernel calls it times, in the model's order
-    return run
 
 
 def time_workload(name: str, artifacts: dict[str, str], rounds: int, one_thread: bool = False,
