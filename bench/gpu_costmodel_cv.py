@@ -76,15 +76,16 @@ def with_ptxas(x: np.ndarray, keys: list[tuple[str, str]], table: dict, target) 
 
     extra = np.full((len(keys), len(PTXAS_COLUMNS)), np.nan, dtype="float32")
     for i, (task, sentence) in enumerate(keys):
-        if (task, _program(sentence)) in table:
-            extra[i] = occupancy_columns(*table[(task, _program(sentence))], target.cores, target.cpu)
+        got = table.get((task, _program(sentence)))
+        if got is not None:
+            extra[i] = occupancy_columns(*got, target.cores, target.cpu)
     return np.concatenate([x, extra], axis=1)
 
 
 def training_rows(corpus: str, work: str, table: dict | None = None) -> list[tuple]:
     """(task hash, target, features, latencies) of every CUDA task group of the corpus (with the
     ptxas columns of `table` appended, if given)."""
-    from tlm.search.costmodel_data import corpus_groups, task_groups
+    from tlm.search.costmodel_data import corpus_groups, correct_records, task_groups
     from tlm.graph.target import resolve_target
     from tlm.measure.database import open_db
 
@@ -99,8 +100,7 @@ def training_rows(corpus: str, work: str, table: dict | None = None) -> list[tup
             tasks = [t for h in sorted(db.best_by_task(target.key)) if (t := db.task(h)) is not None]
             for task, x, lat in task_groups(db, target, tasks, cache=Path(work) / "features"):
                 if table is not None:  # the group's records in task_groups' order, for their sentences
-                    recs = sorted((r for r in db.records(task.hash, target.key) if r.error is None and r.median_s),
-                                  key=lambda r: r.median_s)
+                    recs = correct_records(db, task.hash, target)
                     assert [r.median_s for r in recs] == list(lat)
                     x = with_ptxas(x, [(task.hash, r.sentence) for r in recs], table, target)
                 rows.append((task.hash, target, x, np.asarray(lat)))

@@ -25,6 +25,12 @@ def training_groups(db, target, tasks: list[Task], per_task: int = 0,
     return [(x, lat) for _, x, lat in task_groups(db, target, tasks, per_task, cache)]
 
 
+def correct_records(db, task_hash: str, target) -> list:
+    """A task's correct records on `target`, fastest first: the rows of `task_groups`, in its order."""
+    return sorted((r for r in db.records(task_hash, target.key) if r.error is None and r.median_s),
+                  key=lambda r: r.median_s)
+
+
 def task_groups(db, target, tasks: list[Task], per_task: int = 0,
                 cache: str | Path | None = None) -> list[tuple[Task, np.ndarray, list[float]]]:
     """(task, features, latencies) of each task's correct records on `target` (at most `per_task`, the
@@ -41,8 +47,7 @@ def task_groups(db, target, tasks: list[Task], per_task: int = 0,
     store = _FeatureCache(Path(cache), target) if cache else None
     groups = []
     for task in tasks:
-        recs = sorted((r for r in db.records(task.hash, target.key) if r.error is None and r.median_s),
-                      key=lambda r: r.median_s)
+        recs = correct_records(db, task.hash, target)
         recs = recs[:per_task] if per_task else recs
         if len(recs) < 2:
             continue
