@@ -144,9 +144,9 @@ def measured(bundle: str | Path, results: str | Path, manifest: dict[str, Any]
     """Per task: each proposer's medians in proposal order (None: refused or wrong), and dlight's
     (`manifest`: the bundle's)."""
     from tlm.measure.cuda_measure import read_lines
+    from tlm.measure.gpu_ingest import results_file
 
-    path = Path(results) / f"{Path(bundle).name}-results.jsonl"
-    rows = read_lines(path if path.exists() else Path(results) / "results.jsonl")
+    rows = read_lines(results_file(results, bundle))
     med = {(r["t"], r["k"]): statistics.median(r["lat"]) for r in rows if r.get("lat") and not r.get("err")}
     out: dict[str, dict[str, list[float | None]]] = {}
     ref: dict[str, float] = {}

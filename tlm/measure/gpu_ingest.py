@@ -125,6 +125,14 @@ def ingest_results(bundle: str | Path, results: str | Path, db_dir: str, corpus:
     return GpuIngestReport(len(out), ok, wrong, len(out) - ok - wrong, shards)
 
 
+def results_file(run: str | Path, bundle: str | Path) -> Path:
+    """A GPU run's results lines of `bundle`: bench/gpu_device.sh's `<bundle>-results.jsonl`, else
+    the runner's own `results.jsonl` (a call of that one bundle); the first if neither exists."""
+    named = Path(run) / f"{Path(bundle).name}-results.jsonl"
+    plain = Path(run) / "results.jsonl"
+    return plain if not named.exists() and plain.exists() else named
+
+
 def write_unmeasured(bundle: str | Path, runs: list[str | Path], out: str | Path) -> int:
     """Writes `out`, JSON lines {task, proposer, sentence} (`tlm gpu bundle --candidates`), of the
     programs of `bundle`'s manifest that none of `runs` has a line for (measured, wrong or failed
@@ -138,8 +146,7 @@ def write_unmeasured(bundle: str | Path, runs: list[str | Path], out: str | Path
     name = Path(bundle).name
     done = set()
     for run in runs:
-        path = Path(run) / f"{name}-results.jsonl"
-        path = path if path.exists() else Path(run) / "results.jsonl"  # a call of this one bundle
+        path = results_file(run, bundle)
         if not path.exists():
             raise TlmError(f"{run} has no results of {name} ({name}-results.jsonl)")
         done |= {(r.get("t"), r.get("k")) for r in read_lines(path)}
