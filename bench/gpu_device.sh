@@ -13,6 +13,11 @@
 # to $OUT/plans.jsonl (its plan-result.json, "plan": NAME, the folder's name). A plan is at most
 # 48 MiB: weights are regenerated there. Order: TRAIN, PLANS, PyTorch, then the bundles; with
 # BUDGET=S (seconds for the whole script) each bundle runs for what is left, 45 s kept for the end.
+# ASSEMBLE="NAME=PLAN:BUNDLE:PROPOSER[:FIRST] ..." runs, after the bundles, whole-model plans put together
+# here from what the call just measured (python3 -m tlm.measure.plan_assemble): PLAN's functions with
+# PROPOSER's fastest correct program of its first FIRST in BUNDLE (e.g. a dlight plan and a held-out
+# bundle: TLM@10g and MetaSchedule@64g of a model in one call); each is a line of plans.jsonl named NAME
+# (WORKLOAD-SCHEDULES, as bench/gpu_plans.py reads it). With BUDGET, PLAN_SECONDS + 30 s per plan are kept for them.
 # RESUME="RUN_DIR ..." (runs of the same bundles on an earlier machine, e.g. results/gpu/run-...):
 # their <bundle>-results.jsonl seed the runner, which measures only the programs they lack;
 # <bundle>-results.jsonl then holds only the new lines (ingest them like any run's).
@@ -38,14 +43,16 @@ mkdir -p "$OUT"
     rm -rf $M/base/checkpoint  # one tar per model: a file that comes back holds 16 MiB at most
     for m in base ft; do tar -C $M -cf "$OUT/tlm-$m.tar" $m && ls -la "$OUT/tlm-$m.tar"; done
   fi
-  for p in ${PLANS:-}; do
-    name=$(basename "$p")
-    timeout $(( ${PLAN_SECONDS:-240} + 60 )) python3 -m tlm.measure.cuda_plan "$p" --out "/tmp/tlm-plan/$name" \
+  run_plan() {  # PLAN_DIR NAME: compile, check and time one plan; a line of plans.jsonl
+    timeout $(( ${PLAN_SECONDS:-240} + 60 )) python3 -m tlm.measure.cuda_plan "$1" --out "/tmp/tlm-plan/$2" \
       --seconds "${PLAN_SECONDS:-240}"
-    echo "plan $name rc $?"
-    [ -f "/tmp/tlm-plan/$name/plan-result.json" ] && python3 -c "import json, sys; r = json.load(open(sys.argv[1])); r['plan'] = sys.argv[2]; print(json.dumps(r))" \
-      "/tmp/tlm-plan/$name/plan-result.json" "$name" >> "$OUT/plans.jsonl"
-    tail -3 "/tmp/tlm-plan/$name/child.log" 2>/dev/null
+    echo "plan $2 rc $?"
+    [ -f "/tmp/tlm-plan/$2/plan-result.json" ] && python3 -c "import json, sys; r = json.load(open(sys.argv[1])); r['plan'] = sys.argv[2]; print(json.dumps(r))" \
+      "/tmp/tlm-plan/$2/plan-result.json" "$2" >> "$OUT/plans.jsonl"
+    tail -3 "/tmp/tlm-plan/$2/child.log" 2>/dev/null
+  }
+  for p in ${PLANS:-}; do
+    run_plan "$p" "$(basename "$p")"
   done
   if [ "${PYTORCH:-1}" = 1 ]; then
     extra=""; [ "${COMPILE:-0}" = 1 ] && extra="--compile"
@@ -55,7 +62,8 @@ mkdir -p "$OUT"
     b=${arg%%:*}; secs=${SECONDS_PER_BUNDLE:-360}; name=$(basename "$b")
     [ "$b" != "$arg" ] && secs=${arg#*:}
     if [ -n "${BUDGET:-}" ]; then
-      left=$(( BUDGET - SECONDS - 45 )); [ $left -lt $secs ] && secs=$left
+      left=$(( BUDGET - SECONDS - 45 - $(echo ${ASSEMBLE:-} | wc -w) * (${PLAN_SECONDS:-240} + 30) ))
+      [ $left -lt $secs ] && secs=$left
       [ $secs -lt 30 ] && { echo "bundle $name skipped: ${left}s left of BUDGET=$BUDGET"; continue; }
     fi
     seeded=0
@@ -74,6 +82,11 @@ mkdir -p "$OUT"
     tail -n +$(( seeded + 1 )) "/tmp/tlm-run/$name/results.jsonl" > "$OUT/$name-results.jsonl" 2>/dev/null
     cp "/tmp/tlm-run/$name/summary.json" "$OUT/$name-summary.json" 2>/dev/null
     tail -3 "/tmp/tlm-run/$name/child.log" 2>/dev/null
+  done
+  for a in ${ASSEMBLE:-}; do
+    name=${a%%=*}; IFS=: read -r plan b proposer first <<< "${a#*=}"
+    python3 -m tlm.measure.plan_assemble "$plan" "$b" "/tmp/tlm-run/$(basename "$b")/results.jsonl" \
+      --proposer "$proposer" ${first:+--first $first} --out "/tmp/tlm-asm/$name" && run_plan "/tmp/tlm-asm/$name" "$name"
   done
   date -u
 } 2>&1 | tee "$OUT/log.txt"

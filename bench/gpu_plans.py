@@ -7,7 +7,9 @@ plan, `python -m tlm.measure.cuda_plan`'s plan-result.json and its folder's name
 pytorch.json (bench/gpu_pytorch.py). A plan's folder is named WORKLOAD-SCHEDULES: `dlight` (TVM's
 rule-based GPU schedules for every task, zero measurements), or the name of the database whose
 best records it applied (`tlm`: the GPU TLM's 10 programs per task, `metaschedule`: the 64 of
-MetaSchedule's first round). Per plan: whether its output matched the CPU's, the median of the
+MetaSchedule's first round): built here with those records, or put together on the GPU machine
+from the bundle the same call measured (`ASSEMBLE=...`, tlm.measure.plan_assemble), where a task
+without a correct measured program keeps dlight's (said in the table). Per plan: whether its output matched the CPU's, the median of the
 whole model launched kernel by kernel from Python (CuPy), the same steps replayed as one CUDA
 graph (no host time between kernels, as a VM with CUDA graphs would run them) and the sum of the
 per-step medians; against PyTorch eager (TF32 off and on) and torch.compile where measured.
@@ -55,7 +57,9 @@ def report(run: Path) -> tuple[dict, list[str]]:
                      "eager_ms": eager, "eager_tf32_ms": ptw.get(w, {}).get("eager_tf32_ms"),
                      "compiled_ms": ptw.get(w, {}).get("compiled_ms"),
                      "eager_over_graph": round(eager / graph, 3) if eager and graph else None,
-                     "device": (r.get("device") or {}).get("name")})
+                     "device": (r.get("device") or {}).get("name"),
+                     # an assembled plan's functions that kept dlight's program (no correct measured one)
+                     "kept_dlight": (r.get("schedules") or {}).get("dlight") if "bundle" in (r.get("schedules") or {}) else None})
     by = {(x["workload"], x["schedules"]): x for x in rows}
     versus = {}
     for w in sorted({x["workload"] for x in rows}):
@@ -80,7 +84,9 @@ def report(run: Path) -> tuple[dict, list[str]]:
     for x in rows:
         chk = (f"{'yes' if x['checked'] else 'NO'} ({x['max_abs_diff']:.2g} / {x['limit']:.2g})"
                if x.get("max_abs_diff") is not None else (x["error"] or "-"))
-        lines.append(f"| {x['workload']} | {LABELS.get(x['schedules'], x['schedules'])} | {chk} | {_ms(x['stream_ms'])} | "
+        label = LABELS.get(x["schedules"], x["schedules"]) + (
+            f" ({x['kept_dlight']} of {x['functions']} functions dlight's)" if x.get("kept_dlight") else "")
+        lines.append(f"| {x['workload']} | {label} | {chk} | {_ms(x['stream_ms'])} | "
                      f"{_ms(x['graph_ms'])} | {_ms(x['sum_step_ms'])} | {_ms(x['eager_ms'])} | {_ms(x['eager_tf32_ms'])} | "
                      f"{_ms(x['compiled_ms'])} | {x['eager_over_graph'] or '-'} |")
     if versus:

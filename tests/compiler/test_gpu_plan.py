@@ -9,6 +9,7 @@ weights, its size), and compiled with nvcc when nvcc is here.
 
 import argparse
 import json
+import lzma
 import random
 
 import numpy as np
@@ -292,3 +293,75 @@ def test_a_record_that_does_not_lower_gets_dlight_and_a_warning(mlp, tmp_path, m
     assert plan.meta["refused"] == {"fused_matmul_add_relu": "lowering failed: made up"}
     err = capsys.readouterr().err
     assert "fused_matmul_add_relu: the database's program does not lower for h100" in err
+
+
+def test_a_plan_put_together_from_a_bundle_runs_the_programs_a_database_plan_would(cuda_plan, mlp, tmp_path):
+    """tlm.measure.plan_assemble (what the GPU machine does after a bundle's run): each plan
+    function names its task's hash, and the pick of a bundle's run put in its place is the same
+    CUDA C and launches as a plan built here with that program as a database record. The run's
+    latencies are made up here (no GPU): the test is of the bookkeeping, not of a measurement."""
+    from tlm.compiler.gpu_plan import build_plan
+    from tlm.graph.extract import extract_from_relax
+    from tlm.graph.target import resolve_target
+    from tlm.measure.database import open_db
+    from tlm.measure.gpu_bundle import BundleConfig, build_bundle
+    from tlm.measure.plan_assemble import assemble, main as assemble_main, program_source
+    from tlm.measure.cuda_plan import read_plan
+    from tlm.space.design import plain_json
+    from tlm.space.language import parse
+
+    h100 = resolve_target("h100")
+    _, out = cuda_plan
+    meta = read_plan(out)
+    tasks = extract_from_relax(mlp.mod, h100)
+    assert {f["task"] for f in meta["functions"].values()} <= {t.hash for t in tasks}  # (weight transposes fold away)
+    assert len({f["task"] for f in meta["functions"].values()}) == len(meta["functions"]) == 2
+    matmul = next(t for t in tasks if t.name == "fused_matmul_add_relu")
+    bundle = tmp_path / "bundle"
+    manifest = build_bundle([matmul], BundleConfig(target="h100", per_task=3, jobs=1, task_seconds=30), bundle,
+                            progress=False)
+    (entry,) = manifest["tasks"]
+    ids = [c["id"] for c in entry["candidates"]]
+    assert len(ids) >= 2
+    lines = [{"t": entry["hash"], "k": "ref", "lat": [1e-6], "err": None},  # dlight's reference: never a pick
+             {"t": entry["hash"], "k": ids[0], "lat": [3e-5, 3e-5], "err": None},
+             {"t": entry["hash"], "k": ids[1], "lat": [2e-5, 2e-5, 9.0], "err": None}]
+    lines += [{"t": entry["hash"], "k": k, "lat": [1e-6], "err": "WrongResult: made up"} for k in ids[2:]]
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+    got = assemble(out, bundle, results, "random", tmp_path / "asm")
+    assert got["replaced"]["fused_matmul_add_relu"]["candidate"] == ids[1]  # the fastest correct one
+    assert set(got["kept"]) == {n for n in meta["functions"] if n != "fused_matmul_add_relu"}
+    asm = read_plan(tmp_path / "asm")
+    assert asm["schedules"] == {"bundle": 1, "db": 0, "dlight": 1, "default": 0}
+    assert asm["steps"] == meta["steps"] and asm["buffers"] == meta["buffers"]
+    assert assemble(out, bundle, results, "random", tmp_path / "first1", first=1)["replaced"][
+        "fused_matmul_add_relu"]["candidate"] == ids[0]
+    assert assemble(out, bundle, results, "tlm", tmp_path / "none")["replaced"] == {}
+
+    # the same program as a database record, planned here: the same kernels, launches and code
+    cand = entry["candidates"][ids[1]]
+    prog = parse(cand["sentence"], matmul, h100)
+    with open_db(str(tmp_path / "db")) as db:
+        db.add_record(matmul, h100.key, plain_json(prog.sch.trace.as_json()), [2e-5], proposer="random")
+    planned = build_plan(None, target="h100", imported=mlp, db=str(tmp_path / "db"), out=tmp_path / "dbplan")
+    mine, theirs = asm["functions"]["fused_matmul_add_relu"], planned.meta["functions"]["fused_matmul_add_relu"]
+    assert theirs["schedule"] == "db" and mine["schedule"] == "bundle"
+    prefix = cand["prefix"]
+    assert [dict(k, name=k["name"][len(prefix):]) for k in mine["kernels"]] == theirs["kernels"]
+    assert mine["workspaces"] == theirs["workspaces"]
+    with lzma.open(tmp_path / "asm" / mine["src"], "rt") as f:
+        code = f.read()
+    assert code.replace(prefix, "") == planned.sources["fused_matmul_add_relu"]
+    with pytest.raises(TlmError, match="not in the bundle's source"):
+        program_source(code, "p99_", ["main_kernel"])
+    assert assemble_main([str(out), str(bundle), str(tmp_path / "missing.jsonl"), "--proposer", "random",
+                          "--out", str(tmp_path / "x")]) == 0  # a run with no lines keeps every function
+    assert assemble_main([str(tmp_path), str(bundle), str(results), "--proposer", "random", "--out",
+                          str(tmp_path / "y")]) == 1  # not a plan: one line, exit 1
+    if __import__("tlm.measure.nvcc", fromlist=["x"]).find_toolkit() is not None:
+        from tlm.measure.cuda_plan import run
+
+        res = run(tmp_path / "asm", tmp_path / "r", measure=False, jobs=1, log=lambda *_: None)
+        assert res["error"] is None and res["compile_errors"] == {}

@@ -183,3 +183,21 @@ def test_plan_runs_on_the_gpu(tmp_path):
 
     res = run(d2, tmp_path / "r2", log=lambda *_: None)
     assert res["wrong"] and res["max_abs_diff"] == pytest.approx(1.0, abs=1e-3)
+
+
+def test_one_programs_kernels_are_cut_out_of_a_bundles_group_source():
+    """A bundle's group file holds many programs (kernels prefixed p<id>_, TVM's forward
+    declarations first); plan_assemble keeps one program's declarations and definitions, in order."""
+    from tlm.errors import TlmError
+    from tlm.measure.plan_assemble import program_source
+
+    pre = '#include <cuda.h>\n__device__ float helper(float x) { return x; }\n'
+    decl = 'extern "C" __global__ void __launch_bounds__({t}) {n}(float* __restrict__ a);\n'
+    body = 'extern "C" __global__ void __launch_bounds__({t}) {n}(float* __restrict__ a) {{\n  a[0] = helper(1.f);\n}}\n\n'
+    names = ["p1_main_kernel", "p1_main_kernel_1", "p10_main_kernel", "p2_main_kernel"]
+    code = pre + "".join(decl.format(t=32, n=n) for n in names) + "".join(body.format(t=64, n=n) for n in names)
+    got = program_source(code, "p1_", ["main_kernel", "main_kernel_1"])
+    assert got == pre + "".join(decl.format(t=32, n=n) for n in names[:2]) + "".join(body.format(t=64, n=n) for n in names[:2])
+    assert "p10_" not in program_source(code, "p1_", ["main_kernel"])
+    with pytest.raises(TlmError, match="p2_main_kernel_1"):
+        program_source(code, "p2_", ["main_kernel", "main_kernel_1"])

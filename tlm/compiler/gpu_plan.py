@@ -123,6 +123,8 @@ def build_plan(source, target: str = "h100", db: str | None = None, out: str | P
                 raise TlmError(f"plan: {name}: {cuda.error}")
             sources[name] = cuda.source
             functions[name] = {"src": f"src/{name}.cu.xz", "schedule": how[name], **cuda.plan()}
+            if name in w.tasks:  # a GPU run may put its measured program of that task here (plan_assemble)
+                functions[name]["task"] = w.tasks[name]
         digests = {b["regen"]["digest"] for b in w.buffers if "regen" in b}
         expected = cpu_expected(imported, seed, digests)
     else:

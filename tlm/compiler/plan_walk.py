@@ -29,6 +29,7 @@ class Walk:
     outputs: list[int]
     consts: dict[int, Any] = field(repr=False)
     cuda: dict[str, Any] = field(default_factory=dict)  # CUDA: each database program's lowering (CudaProgram)
+    tasks: dict[str, str] = field(default_factory=dict)  # function -> its task's hash (tlm.graph.tasks.structural_hash)
 
     @property
     def refused(self) -> dict[str, str]:
@@ -36,11 +37,15 @@ class Walk:
         return {name: str(c.error).splitlines()[0][:200] for name, c in self.cuda.items() if c.error}
 
 
-def lower_to_calls(mod, info: TargetInfo, msdb=None, lowered: dict[str, Any] | None = None) -> tuple[Any, dict[str, str]]:
+def lower_to_calls(mod, info: TargetInfo, msdb=None, lowered: dict[str, Any] | None = None,
+                   hashes: dict[str, str] | None = None) -> tuple[Any, dict[str, str]]:
     """The prepared Relax module -> `main` as flat call_tir/reshape bindings, every function
     scheduled; and per function how: "db" (a record of `msdb`), "dlight" or "default" (LLVM's).
     CUDA: a record whose program does not lower to CUDA C (an unmeasured budget-0 pick can be
-    one) is set aside for dlight's rules; each database program's lowering goes into `lowered`."""
+    one) is set aside for dlight's rules; each database program's lowering goes into `lowered`,
+    and each fused function's task hash (as task extraction hashes it, before any schedule) into
+    `hashes`, so that a GPU run can put a measured program of that task in its place
+    (tlm.measure.plan_assemble)."""
     import contextlib
 
     import tvm
@@ -58,6 +63,11 @@ def lower_to_calls(mod, info: TargetInfo, msdb=None, lowered: dict[str, Any] | N
     with tgt, msdb if msdb is not None else contextlib.nullcontext(), build_context(3):
         mod = tvm.transform.Sequential(fuse_passes(tgt))(mod)
         before, pre = scheduled(mod), mod
+        if hashes is not None:
+            from tlm.graph.tasks import structural_hash
+
+            hashes.update({gv.name_hint: structural_hash(tvm.IRModule({"main": f.with_attr("global_symbol", "main")}))
+                           for gv, f in mod.functions.items() if isinstance(f, PrimFunc)})
         if msdb is not None:  # as tlm.compiler.build_relax applies them
             mod = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
             if info.kind == "llvm":
@@ -239,10 +249,11 @@ def walked(imported, info: TargetInfo, seed: int, msdb=None):
     """An imported model lowered for `info`, walked, its data marked: (module, how each function
     is scheduled, walk, carried arrays). The GPU plan and its CPU reference both come from here."""
     lowered: dict[str, Any] = {}
+    hashes: dict[str, str] = {}
     with quiet_stderr():  # TVM's warnings (e.g. fast-mode gathers), not ours to show
-        mod, how = lower_to_calls(imported.mod, info, msdb, lowered)
+        mod, how = lower_to_calls(imported.mod, info, msdb, lowered, hashes)
     w = walk(mod["main"])
-    w.cuda = lowered
+    w.cuda, w.tasks = lowered, hashes
     return mod, how, w, mark_data(w, list(imported.inputs), seed)
 
 
