@@ -83,3 +83,27 @@ def test_metaschedule_first_round_gives_programs_of_the_spaces():
         assert error is None and 1 <= len(sentences) <= 8 and len(set(sentences)) == len(sentences)
         for s in sentences:
             assert parse(s, task, h100).ok
+
+
+def test_a_part_of_the_proposals_as_bundle_candidates(tmp_path, capsys):
+    """`tlm gpu-heldout candidates`: one workload's tasks, each proposer's slice in proposal order."""
+    from tlm.cli import main
+    from tlm.eval.gpu_heldout import write_candidates
+
+    (tmp_path / "proposals").mkdir()
+    (tmp_path / "tasks.json").write_text(json.dumps({"calls": {"a": {"t1": 1.0}, "b": {"t1": 1.0, "t2": 2.0}}}))
+    for t in ("t1", "t2"):
+        for proposer, n in (("tlm", 5), ("metaschedule", 3)):
+            (tmp_path / "proposals" / f"{t}-{proposer}.json").write_text(json.dumps(
+                {"task": t, "proposer": proposer, "sentences": [f"{t} {proposer} {i}" for i in range(n)], "error": None}))
+    path = write_candidates(tmp_path, tmp_path / "a.jsonl", ["a"], {"tlm": (0, 2)})
+    got = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [x["sentence"] for x in got] == ["t1 metaschedule 0", "t1 metaschedule 1", "t1 metaschedule 2",
+                                            "t1 tlm 0", "t1 tlm 1"]
+    assert len(write_candidates(tmp_path).read_text().splitlines()) == 16  # all, as propose writes them
+    assert main(["gpu-heldout", "candidates", str(tmp_path), "--workloads", "b", "--tlm", "2:",
+                 "--metaschedule", ":0", "--out", str(tmp_path / "b.jsonl")]) == 0
+    got = [json.loads(x)["sentence"] for x in (tmp_path / "b.jsonl").read_text().splitlines()]
+    assert got == [f"{t} tlm {i}" for t in ("t1", "t2") for i in (2, 3, 4)]
+    assert main(["gpu-heldout", "candidates", str(tmp_path), "--workloads", "c", "--out", str(tmp_path / "c")]) != 0
+    assert "proposed no task of ['c']" in capsys.readouterr().err

@@ -122,16 +122,31 @@ def propose(cfg: ProposeConfig, out: str | Path, progress: bool = True) -> Path:
     return write_candidates(out)
 
 
-def write_candidates(out: Path) -> Path:
-    """DIR/candidates.jsonl from the proposals so far (tlm gpu bundle --candidates)."""
+def write_candidates(out: Path, path: Path | None = None, workloads: list[str] | None = None,
+                     slices: dict[str, tuple[int, int]] | None = None) -> Path:
+    """DIR/candidates.jsonl (or `path`) from the proposals so far (tlm gpu bundle --candidates):
+    those of `workloads`' tasks only (DIR/tasks.json's calls; None: all), each proposer's programs
+    `slices[proposer]` = (start, stop) in proposal order (a proposer not named: all of them), so
+    that one proposal run is measured in parts (TLM@10 and MetaSchedule@64 first, TLM@32 later)."""
+    keep = None
+    if workloads:
+        calls = json.loads((out / "tasks.json").read_text())["calls"]
+        unknown = [w for w in workloads if w not in calls]
+        if unknown:
+            raise TlmError(f"{out} proposed no task of {unknown} (it has {sorted(calls)})")
+        keep = {h for w in workloads for h in calls[w]}
     lines = []
-    for path in sorted((out / "proposals").glob("*.json")):
-        p = json.loads(path.read_text())
-        lines += [json.dumps({"task": p["task"], "proposer": p["proposer"], "sentence": s}) for s in p["sentences"]]
-    tmp = out / (CANDIDATES + ".tmp")
+    for prop in sorted((out / "proposals").glob("*.json")):
+        p = json.loads(prop.read_text())
+        if keep is not None and p["task"] not in keep:
+            continue
+        start, stop = (slices or {}).get(p["proposer"], (0, None))
+        lines += [json.dumps({"task": p["task"], "proposer": p["proposer"], "sentence": s}) for s in p["sentences"][start:stop]]
+    path = Path(path or out / CANDIDATES)
+    tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(line + "\n" for line in lines))
-    os.replace(tmp, out / CANDIDATES)
-    return out / CANDIDATES
+    os.replace(tmp, path)
+    return path
 
 
 # ---------------------------------------------------------------- report
@@ -293,6 +308,20 @@ def _cmd_propose(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_candidates(args: argparse.Namespace) -> int:
+    slices = {}
+    for proposer, text in (("tlm", args.tlm), ("metaschedule", args.metaschedule)):
+        if text:
+            try:
+                a, b = text.split(":")
+                slices[proposer] = (int(a or 0), int(b) if b else None)
+            except ValueError:
+                raise TlmError(f"--{proposer} {text!r}: START:STOP, e.g. 0:10") from None
+    path = write_candidates(Path(args.proposals), Path(args.out), args.workloads, slices)
+    print(f"{sum(1 for _ in path.open())} proposals in {path}")
+    return 0
+
+
 def register_cli(subparsers) -> None:
     p = subparsers.add_parser("gpu-heldout", help="the held-out GPU subgraph benchmark: propose here, report after the GPU run")
     sub = p.add_subparsers(dest="heldout_command", required=True)
@@ -305,6 +334,13 @@ def register_cli(subparsers) -> None:
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--out", required=True)
     q.set_defaults(func=_cmd_propose)
+    q = sub.add_parser("candidates", help="a part of the proposals as tlm gpu bundle --candidates lines")
+    q.add_argument("proposals", help="the propose --out folder")
+    q.add_argument("--workloads", nargs="+", default=None, help="only these workloads' tasks")
+    q.add_argument("--tlm", default=None, help="START:STOP of the model's programs per task (all when not given)")
+    q.add_argument("--metaschedule", default=None, help="START:STOP of MetaSchedule's programs per task")
+    q.add_argument("--out", required=True)
+    q.set_defaults(func=_cmd_candidates)
     q = sub.add_parser("report", help="TLM@k, MetaSchedule@64, random@k and dlight from the GPU run's results")
     q.add_argument("bundle", help="the bundle of the proposals (tlm gpu bundle --candidates)")
     q.add_argument("results", help="its GPU run's results folder")
