@@ -17,6 +17,14 @@
 #    committed manifest's sentences and tasks (results/gpu/bundles/bundle-c), with no sampling and no
 #    extraction (was: the whole bundle rebuilt with seed 0, ~1.5 h, and the runner seeded with RESUME).
 # The call (one, ~9 minutes) carries about 45 MiB with `tools/device_tree.sh drop` (restore after it).
+# 4. a second call, in the same session if 6 minutes of device time are left, else the next: the whole-model
+#    TLM@10g and MetaSchedule@64g of mobilenet_v2 and resnet_50 (issue 49's end-to-end target names all
+#    four workloads; only bert_base and gpt2 have them). `tlm gpu-heldout propose` made the shipped GPU
+#    TLM's 32 samples and MetaSchedule's first round of 64 of each of their 62 held-out tasks ($CNN/heldout-cnn,
+#    ~1 h here); per workload, a bundle of TLM's first 10 and MetaSchedule's 64 per task
+#    ($CNN/bundle-heldout-W, `tlm gpu-heldout candidates`: mobilenet_v2 34 tasks, resnet_50 29) and a dlight
+#    plan whose functions name their tasks ($CNN/plans/W-dlight): the GPU machine measures the bundle, then
+#    puts each contender's picks into that plan and runs both (ASSEMBLE=, tlm.measure.plan_assemble).
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 TLM=${TLM:-.venv/bin/tlm}
@@ -24,6 +32,8 @@ BUNDLE_C=${BUNDLE_C:-work/gpu2/bundle-c-rest}
 DBS=${DBS:-work/gpu4}
 PLANS_DIR=${PLANS_DIR:-work/gpu4/plans}
 HELDOUT_ALL=${HELDOUT_ALL:-results/gpu/bundles/bundle-heldout-all}  # its manifest and tasks: all ingest reads
+CNN=${CNN:-work/gpu5}
+CNN_WORKLOADS="mobilenet_v2-b1-i224 resnet_50-b1-i224"
 RUN_A=results/gpu/run-2026-12-04-h200-a
 # Bundle C itself was `tlm gpu bundle --target h100 --per-task 12 --jobs 2 --task-seconds 30 --skip
 # results/gpu/bundles/bundle-a results/gpu/bundles/bundle-b --sources bert_base-b1-s256 gpt2-b1-s256
@@ -54,6 +64,17 @@ if [ "${1:-}" != "--print" ]; then
   [ -f "$BUNDLE_C/manifest.json.gz" ] && [ -f "$BUNDLE_C/tasks.json.xz" ] ||
     nice -n 10 $TLM gpu bundle --target h100 --jobs 2 --out "$BUNDLE_C" \
       --rest-of results/gpu/bundles/bundle-c $RUN_A results/gpu/run-2026-12-04-h200-b
+  # 4. (resumes: each task's proposals are kept as made)
+  $TLM gpu-heldout propose --target h100 --workloads $CNN_WORKLOADS --model pretrained/tlm-ft-cuda-sm90 \
+    --tlm 32 --metaschedule 64 --out "$CNN/heldout-cnn"
+  for w in $CNN_WORKLOADS; do
+    [ -f "$CNN/plans/$w-dlight/plan.json" ] || $TLM gpu plan $w --target h100 --out "$CNN/plans/$w-dlight"
+    b="$CNN/bundle-heldout-${w%%-*}"
+    if [ ! -f "$b/manifest.json.gz" ]; then
+      $TLM gpu-heldout candidates "$CNN/heldout-cnn" --workloads $w --tlm 0:10 --metaschedule 0:64 --out "$CNN/$w-e2e.jsonl"
+      $TLM gpu bundle --target h100 --jobs 2 --sources $w --hold-out none --candidates "$CNN/$w-e2e.jsonl" --out "$b"
+    fi
+  done
 fi
 du -sh "$BUNDLE_C" "$PLANS_DIR" 2>/dev/null || true
 cat <<EOT
@@ -66,4 +87,15 @@ Then, here: copy the call's files to results/gpu/run-<date>-<card>-<letter>/ (th
   python bench/gpu_plans.py results/gpu/run-...            (bench/results/gpu-e2e.md)
   $TLM gpu ingest $BUNDLE_C results/gpu/run-... --db work/gpu/db --corpus data/corpus   (+ --card h200 on an H200)
   (copy the plans' manifests to results/gpu/bundles/plans-<date>/ as results/gpu/README.md says)
+
+The second call (4.), one workload a call (~8 minutes; mobilenet_v2 first), W=mobilenet_v2-b1-i224, B=$CNN/bundle-heldout-mobilenet_v2:
+  run: command='ASSEMBLE="\$W-tlm=$CNN/plans/\$W-dlight:\$B:tlm:10 \$W-metaschedule=$CNN/plans/\$W-dlight:\$B:metaschedule:64" PLAN_SECONDS=60 PYTORCH=0 BUDGET=560 bash bench/gpu_device.sh \$B:400'
+       (W and B written out; the tree dropped as above) carry=["\$B", "$CNN/plans/\$W-dlight"] timeout_s=600
+Then, here: python bench/gpu_plans.py RUN (TLM@10g against MetaSchedule@64g), and the held-out report of the
+bundle's tasks: tlm gpu-heldout report \$B RUN --random \$B RUN --proposals $CNN/heldout-cnn --out bench/results/gpu-heldout-cnn
+(its random@10 column is empty: the bundle has no random programs). Bundles ready:
 EOT
+for w in $CNN_WORKLOADS; do
+  b="$CNN/bundle-heldout-${w%%-*}"
+  [ -f "$b/manifest.json.gz" ] && echo "  $b ($(du -sh "$b" | cut -f1))" || echo "  $b: not built yet"
+done
