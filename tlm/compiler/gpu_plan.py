@@ -10,7 +10,9 @@ TVM's dlight GPU rules for the other tasks), stopped before VM code generation, 
 a flat list of `call_tir`s, reshapes (views: no kernel), constants and tuples. Walking it gives
 the buffers (inputs, constants, intermediates, outputs, views of another buffer), the steps in
 order (a function and its argument buffers; the function's kernels and launches,
-tlm.measure.cuda_build) and each function's CUDA C.
+tlm.measure.cuda_build) and each function's CUDA C. Each CUDA function names its task's hash, so
+that the GPU machine can put there a program of that task it has just measured in a bundle
+(tlm.measure.plan_assemble: a held-out bundle and its contenders' whole-model plans in one call).
 
 Weights do not travel (bert_base's are 440 MB, a call carries 64 MiB): a float constant or
 input over 64 KiB is regenerated on both sides from a seed (tlm.measure.cuda_plan.regenerate)
