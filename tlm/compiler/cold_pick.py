@@ -62,10 +62,10 @@ class ColdPick:
 def candidates(database, task, key: str, applied, top: int) -> list:
     """The applied record and the task's fastest other correct records by one-thread median,
     `top` in all, one per distinct program (sentence, else trace)."""
-    recs = sorted((r for r in database.records(task.hash, key) if r.error is None and r.median_s),
-                  key=lambda r: r.median_s)
+    from tlm.search.costmodel_data import correct_records
+
     out, seen = [applied], {_program(applied)}
-    for r in recs:
+    for r in correct_records(database, task.hash, key):
         if len(out) >= top:
             break
         if _program(r) not in seen:

@@ -26,8 +26,10 @@ def training_groups(db, target, tasks: list[Task], per_task: int = 0,
 
 
 def correct_records(db, task_hash: str, target) -> list:
-    """A task's correct records on `target`, fastest first: the rows of `task_groups`, in its order."""
-    return sorted((r for r in db.records(task_hash, target.key) if r.error is None and r.median_s),
+    """A task's correct records on `target` (a TargetInfo, or its key: the database's target column),
+    fastest first, equal medians in record order: the rows of `task_groups`, in its order."""
+    key = target if isinstance(target, str) else target.key
+    return sorted((r for r in db.records(task_hash, key) if r.error is None and r.median_s),
                   key=lambda r: r.median_s)
 
 

@@ -81,6 +81,7 @@ def transferred(db, task, target, others: list, n: int, seen: set[str]) -> list[
     """Up to n (sentence, schedule) for `target`: the fastest correct programs of `task` on the
     `others`, round robin over them, fastest first, said with this target's prompt; none in `seen`
     (which gains the ones returned)."""
+    from tlm.search.costmodel_data import correct_records
     from tlm.space.design import task_space
     from tlm.space.language import parse, prompt_tokens
 
@@ -89,8 +90,7 @@ def transferred(db, task, target, others: list, n: int, seen: set[str]) -> list[
     prompt = prompt_tokens(task, target)
     queues = []
     for other in others:
-        recs = sorted((r for r in db.records(task.hash, other.key) if r.error is None and r.median_s and r.sentence),
-                      key=lambda r: r.median_s)
+        recs = [r for r in correct_records(db, task.hash, other) if r.sentence]
         queues.append((prompt_tokens(task, other), recs))
     out: list[tuple[str, Any]] = []
     space = None
