@@ -32,10 +32,10 @@ def _geo(xs: list[float]) -> float:
 
 
 def _results(bundle: Path, folder: Path) -> tuple[list[dict], dict, dict]:
+    from tlm.measure.gpu_ingest import results_file
+
     name = bundle.name
-    path = folder / f"{name}-results.jsonl"
-    if not path.exists():
-        path = folder / "results.jsonl"
+    path = results_file(folder, bundle)
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     summary_path = folder / f"{name}-summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}

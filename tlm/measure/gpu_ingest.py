@@ -67,11 +67,9 @@ def ingest_results(bundle: str | Path, results: str | Path, db_dir: str, corpus:
     from tlm.measure.shards import flush
 
     results = Path(results)
-    # the runner's --out folder, or bench/gpu_device.sh's flattened copy (<bundle>-results.jsonl)
-    res_file, dev_file = results / "results.jsonl", results / "device.json"
-    if not res_file.exists():
-        name = Path(bundle).name
-        res_file, dev_file = results / f"{name}-results.jsonl", results / f"{name}-device.json"
+    # bench/gpu_device.sh's flattened copy (<bundle>-results.jsonl, -device.json), or the runner's --out folder
+    res_file = results_file(results, bundle)
+    dev_file = res_file.with_name(res_file.name.replace("results.jsonl", "device.json"))
     summary_file = dev_file.with_name(dev_file.name.replace("device.json", "summary.json"))
     if not res_file.exists() or not (dev_file.exists() or summary_file.exists()):
         raise TlmError(f"{results}: no results.jsonl and device.json (the --out folder of a GPU run)")
