@@ -64,7 +64,11 @@ if [ "${1:-}" != "--print" ]; then
   [ -f "$BUNDLE_C/manifest.json.gz" ] && [ -f "$BUNDLE_C/tasks.json.xz" ] ||
     nice -n 10 $TLM gpu bundle --target h100 --jobs 2 --out "$BUNDLE_C" \
       --rest-of results/gpu/bundles/bundle-c $RUN_A results/gpu/run-2026-12-04-h200-b
-  # 4. (resumes: each task's proposals are kept as made)
+  # 4. (resumes: each task's proposals are kept as made; the committed ones are unpacked first)
+  if [ ! -d "$CNN/heldout-cnn/proposals" ] && [ -f results/gpu/bundles/heldout-cnn/proposals.tar.xz ]; then
+    mkdir -p "$CNN/heldout-cnn" && tar -C "$CNN/heldout-cnn" -xJf results/gpu/bundles/heldout-cnn/proposals.tar.xz
+    cp results/gpu/bundles/heldout-cnn/config.json results/gpu/bundles/heldout-cnn/tasks.json "$CNN/heldout-cnn/"
+  fi
   $TLM gpu-heldout propose --target h100 --workloads $CNN_WORKLOADS --model pretrained/tlm-ft-cuda-sm90 \
     --tlm 32 --metaschedule 64 --out "$CNN/heldout-cnn"
   for w in $CNN_WORKLOADS; do
