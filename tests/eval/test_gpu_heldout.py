@@ -66,6 +66,16 @@ def test_report_sums_per_workload_and_charges_dlight_where_a_contender_has_nothi
     assert by["a"]["tlm@0"] == pytest.approx(3) and by["a"]["metaschedule@64"] == pytest.approx(5)
     assert by["b"]["metaschedule@64"] == pytest.approx(2)  # wrong there too: dlight's
 
+    # a held-out bundle without random programs, given as its own random bundle: that target is not judged
+    a10 = dict(a, candidates=[{"id": i, "proposer": "tlm"} for i in range(10)])
+    tb, tr = _bundle(tmp_path / "t", [a10], [{"t": "a", "k": "ref", "lat": [10e-6], "err": None}]
+                     + [{"t": "a", "k": i, "lat": [(20 - i) * 1e-6], "err": None} for i in range(10)])
+    rep = heldout_report(tb, tr, tb, tr, props)
+    assert rep["charged_dlight"]["random@10"] == 1 == len(rep["tasks"])
+    (check,) = [t for t in rep["targets"] if t["col"] == "random@10"]
+    assert check["got"] is None and check["absent"] == ["random@10"]
+    assert "- tlm@10 vs random@10: not measured (random@10: no program in this run)" in report_markdown(rep, "...")
+
 
 @pytest.mark.tvm
 def test_metaschedule_first_round_gives_programs_of_the_spaces():
