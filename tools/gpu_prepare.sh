@@ -98,7 +98,7 @@ The second call (4.), one workload a call (~8 minutes; mobilenet_v2 first), W=mo
        (W and B written out; the tree dropped as above) carry=["\$B", "$CNN/plans/\$W-dlight"] timeout_s=600
 Then, here: python bench/gpu_plans.py RUN (TLM@10g against MetaSchedule@64g), and the held-out report of the
 bundle's tasks: tlm gpu-heldout report \$B RUN --random \$B RUN --proposals $CNN/heldout-cnn --out bench/results/gpu-heldout-cnn
-(its random@10 column is empty: the bundle has no random programs). Bundles ready:
+(random@10 has no program there: its target is said not measured). Bundles ready:
 EOT
 for w in $CNN_WORKLOADS; do
   b="$CNN/bundle-heldout-${w%%-*}"
