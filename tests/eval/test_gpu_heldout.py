@@ -76,6 +76,13 @@ def test_report_sums_per_workload_and_charges_dlight_where_a_contender_has_nothi
     assert check["got"] is None and check["absent"] == ["random@10"]
     assert "- tlm@10 vs random@10: not measured (random@10: no program in this run)" in report_markdown(rep, "...")
 
+    # the same tasks' later proposals from a second bundle and run, appended in order: TLM@32 of two parts
+    later = dict(a, candidates=[{"id": i, "proposer": "tlm"} for i in range(22)])
+    lb, lr = _bundle(tmp_path / "l", [later], [{"t": "a", "k": i, "lat": [(30 - i) * 1e-6], "err": None} for i in range(22)])
+    rep = heldout_report(tb, tr, tb, tr, props, more=[(lb, lr)])
+    (row,) = [r["us"] for r in rep["tasks"]]
+    assert row["tlm@10"] == pytest.approx(11) and row["tlm@32"] == pytest.approx(9)  # 30 - 21, the 32nd program
+
 
 @pytest.mark.tvm
 def test_metaschedule_first_round_gives_programs_of_the_spaces():

@@ -195,10 +195,11 @@ def contenders(props: dict[str, list], rand: dict[str, list], ref: float | None,
     return row
 
 
-def cost_model_picks(bundle: str | Path, cost_model: str | Path) -> dict[str, int]:
+def cost_model_picks(bundle: str | Path, cost_model: str | Path, more: list[str | Path] = ()) -> dict[str, int]:
     """Per task: which of the model's proposals (their index in proposal order) a cost model
     trained on the corpus ranks first: a zero-measurement choice (what `--budget 0` does on CPUs
-    with the model's samples), judged here by the proposals' measured times."""
+    with the model's samples), judged here by the proposals' measured times. `more`: bundles of
+    the same tasks' later proposals, appended in order (as `heldout_report(more=...)` reads them)."""
     from tlm.graph.target import resolve_target
     from tlm.measure.cuda_measure import read_manifest
     from tlm.measure.gpu_bundle import read_tasks
@@ -209,9 +210,13 @@ def cost_model_picks(bundle: str | Path, cost_model: str | Path) -> dict[str, in
     target = resolve_target(manifest["target"])
     model = CostModel.load(cost_model, target)
     tasks = read_tasks(bundle)
+    later: dict[str, list] = {}
+    for b in more:
+        for e in read_manifest(b)["tasks"]:
+            later.setdefault(e["hash"], []).extend(c for c in e.get("candidates", []) if c.get("proposer") == "tlm")
     picks: dict[str, int] = {}
     for e in manifest["tasks"]:
-        mine = [c for c in e.get("candidates", []) if c.get("proposer") == "tlm"]
+        mine = [c for c in e.get("candidates", []) if c.get("proposer") == "tlm"] + later.get(e["hash"], [])
         if len(mine) > 1:
             schs = [parse(c["sentence"], tasks[e["hash"]], target).sch for c in mine]
             picks[e["hash"]] = model.rank(tasks[e["hash"]], schs, target)[0]
@@ -222,12 +227,15 @@ def cost_model_picks(bundle: str | Path, cost_model: str | Path) -> dict[str, in
 
 def heldout_report(bundle: str | Path, results: str | Path, random_bundle: str | Path, random_results: str | Path,
                    proposals: str | Path, picks: dict[str, int] | None = None,
-                   metaschedule: tuple[str | Path, str | Path] | None = None) -> dict[str, Any]:
+                   metaschedule: tuple[str | Path, str | Path] | None = None,
+                   more: list[tuple[str | Path, str | Path]] = ()) -> dict[str, Any]:
     """Per task and summed: each contender's best latency (a contender without a correct program
     of a task is charged dlight's there, and counted); with `picks` (cost_model_picks) also
     `tlm@0+cm`, the cost model's pick of the model's proposals. `metaschedule`: (bundle, results)
     of an earlier run of the same tasks whose MetaSchedule programs stand in for this bundle's
-    (a new model's proposals measured alone, beside MetaSchedule's measured before)."""
+    (a new model's proposals measured alone, beside MetaSchedule's measured before). `more`:
+    (bundle, results) of the same tasks' later proposals (a proposal run measured in parts:
+    `tlm gpu-heldout candidates`), each proposer's appended to this bundle's in order."""
     from tlm.measure.cuda_measure import read_manifest
 
     manifests = {b: read_manifest(b) for b in (random_bundle, bundle)}
@@ -237,6 +245,10 @@ def heldout_report(bundle: str | Path, results: str | Path, random_bundle: str |
         for h, v in earlier.items():
             if "metaschedule" in v:
                 props.setdefault(h, {})["metaschedule"] = v["metaschedule"]
+    for b, r in more:
+        for h, v in measured(b, r, read_manifest(b))[0].items():
+            for proposer, lat in v.items():
+                props.setdefault(h, {}).setdefault(proposer, []).extend(lat)
     most = max((len(v.get("tlm", [])) for v in props.values()), default=0)
     ks = tuple(k for k in KS if k <= max(1, most))  # no TLM@32 column from 10 proposals a task
     rand, ref2 = measured(random_bundle, random_results, manifests[random_bundle])
@@ -356,6 +368,8 @@ def register_cli(subparsers) -> None:
     q.add_argument("--cost-model", default=None, help="a GPU cost model (tlm costmodel --kind cuda): adds tlm@0+cm")
     q.add_argument("--metaschedule", nargs=2, default=None, metavar=("BUNDLE", "RESULTS"),
                    help="MetaSchedule's programs of the same tasks from an earlier bundle and run")
+    q.add_argument("--more", nargs=2, action="append", default=[], metavar=("BUNDLE", "RESULTS"),
+                   help="the same tasks' later proposals from another bundle and run, appended in order (repeatable)")
     q.add_argument("--out", default="bench/results/gpu-heldout", help="OUT.md and OUT.json")
     q.set_defaults(func=_cmd_report)
 
@@ -363,9 +377,9 @@ def register_cli(subparsers) -> None:
 def _cmd_report(args: argparse.Namespace) -> int:
     import sys
 
-    picks = cost_model_picks(args.bundle, args.cost_model) if args.cost_model else None
+    picks = cost_model_picks(args.bundle, args.cost_model, [b for b, _ in args.more]) if args.cost_model else None
     rep = heldout_report(args.bundle, args.results, args.random[0], args.random[1], args.proposals, picks,
-                         args.metaschedule)
+                         args.metaschedule, [tuple(x) for x in args.more])
     if not rep["tasks"]:
         raise TlmError(f"no task of {args.bundle} has a measured reference in {args.results}")
     out = Path(args.out)
