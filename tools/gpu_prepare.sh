@@ -79,6 +79,10 @@ if [ "${1:-}" != "--print" ]; then
       $TLM gpu-heldout candidates "$CNN/heldout-cnn" --workloads $w --tlm 0:10 --metaschedule 0:64 --out "$CNN/$w-e2e.jsonl"
       $TLM gpu bundle --target h100 --jobs 2 --sources $w --hold-out none --candidates "$CNN/$w-e2e.jsonl" --out "$b"
     fi
+    if [ ! -f "$b-rest/manifest.json.gz" ]; then  # TLM's samples 10-32: TLM@32 and the cost model's pick of 32
+      $TLM gpu-heldout candidates "$CNN/heldout-cnn" --workloads $w --tlm 10:32 --metaschedule 0:0 --out "$CNN/$w-rest.jsonl"
+      $TLM gpu bundle --target h100 --jobs 2 --sources $w --hold-out none --candidates "$CNN/$w-rest.jsonl" --out "$b-rest"
+    fi
   done
 fi
 du -sh "$BUNDLE_C" "$PLANS_DIR" 2>/dev/null || true
@@ -94,13 +98,18 @@ Then, here: copy the call's files to results/gpu/run-<date>-<card>-<letter>/ (th
   (copy the plans' manifests to results/gpu/bundles/plans-<date>/ as results/gpu/README.md says)
 
 The second call (4.), one workload a call (~8 minutes; mobilenet_v2 first), W=mobilenet_v2-b1-i224, B=$CNN/bundle-heldout-mobilenet_v2:
-  run: command='ASSEMBLE="\$W-tlm=$CNN/plans/\$W-dlight:\$B:tlm:10 \$W-metaschedule=$CNN/plans/\$W-dlight:\$B:metaschedule:64" PLAN_SECONDS=60 PYTORCH=0 BUDGET=560 bash bench/gpu_device.sh \$B:400'
-       (W and B written out; the tree dropped as above) carry=["\$B", "$CNN/plans/\$W-dlight"] timeout_s=600
+  run: command='ASSEMBLE="\$W-tlm=$CNN/plans/\$W-dlight:\$B:tlm:10 \$W-metaschedule=$CNN/plans/\$W-dlight:\$B:metaschedule:64" PLAN_SECONDS=60 PYTORCH=0 BUDGET=560 bash bench/gpu_device.sh \$B:330 \$B-rest:90'
+       (W and B written out; the tree dropped as above) carry=["\$B", "\$B-rest", "$CNN/plans/\$W-dlight"] timeout_s=600
+  (mobilenet_v2: 2,381 + 578 programs, resnet_50: 2,010 + 588; ~8.7 a second on run-2026-12-04-h200-a's card;
+  the -rest bundle, TLM's samples 10-32, gets what is left and may be cut: RESUME finishes it later)
 Then, here: python bench/gpu_plans.py RUN (TLM@10g against MetaSchedule@64g), and the held-out report of the
-bundle's tasks: tlm gpu-heldout report \$B RUN --random \$B RUN --proposals $CNN/heldout-cnn --out bench/results/gpu-heldout-cnn
+bundle's tasks: tlm gpu-heldout report \$B RUN --random \$B RUN --more \$B-rest RUN --proposals $CNN/heldout-cnn \
+  --cost-model pretrained/costmodel-cuda-sm90 --out bench/results/gpu-heldout-cnn
 (random@10 has no program there: its target is said not measured). Bundles ready:
 EOT
 for w in $CNN_WORKLOADS; do
   b="$CNN/bundle-heldout-${w%%-*}"
-  [ -f "$b/manifest.json.gz" ] && echo "  $b ($(du -sh "$b" | cut -f1))" || echo "  $b: not built yet"
+  for x in "$b" "$b-rest"; do
+    [ -f "$x/manifest.json.gz" ] && echo "  $x ($(du -sh "$x" | cut -f1))" || echo "  $x: not built yet"
+  done
 done
