@@ -97,13 +97,18 @@ Then, here: copy the call's files to results/gpu/run-<date>-<card>-<letter>/ (th
   $TLM gpu ingest $BUNDLE_C results/gpu/run-... --db work/gpu/db --corpus data/corpus   (+ --card h200 on an H200)
   (copy the plans' manifests to results/gpu/bundles/plans-<date>/ as results/gpu/README.md says)
 
-The second call (4.), one workload a call (~8 minutes; mobilenet_v2 first), W=mobilenet_v2-b1-i224, B=$CNN/bundle-heldout-mobilenet_v2:
-  run: command='ASSEMBLE="\$W-tlm=$CNN/plans/\$W-dlight:\$B:tlm:10 \$W-metaschedule=$CNN/plans/\$W-dlight:\$B:metaschedule:64" PLAN_SECONDS=60 PYTORCH=0 BUDGET=560 bash bench/gpu_device.sh \$B:330 \$B-rest:90'
-       (W and B written out; the tree dropped as above) carry=["\$B", "\$B-rest", "$CNN/plans/\$W-dlight"] timeout_s=600
+The second call (4.), one workload a call (~8 minutes each; mobilenet_v2 first); for each workload W:
+EOT
+for w in $CNN_WORKLOADS; do
+  b="$CNN/bundle-heldout-${w%%-*}"
+  echo "  run: command='ASSEMBLE=\"$w-tlm=$CNN/plans/$w-dlight:$b:tlm:10 $w-metaschedule=$CNN/plans/$w-dlight:$b:metaschedule:64\" PLAN_SECONDS=60 PYTORCH=0 BUDGET=560 bash bench/gpu_device.sh $b:330 $b-rest:90'"
+  echo "       carry=[\"$b\", \"$b-rest\", \"$CNN/plans/$w-dlight\"] timeout_s=600   (the tree dropped as above)"
+done
+cat <<EOT
   (mobilenet_v2: 2,381 + 578 programs, resnet_50: 2,010 + 588; ~8.7 a second on run-2026-12-04-h200-a's card;
   the -rest bundle, TLM's samples 10-32, gets what is left and may be cut: RESUME finishes it later)
 Then, here: python bench/gpu_plans.py RUN (TLM@10g against MetaSchedule@64g), and the held-out report of the
-bundle's tasks: tlm gpu-heldout report \$B RUN --random \$B RUN --more \$B-rest RUN --proposals $CNN/heldout-cnn \
+bundle's tasks (B: the bundle): tlm gpu-heldout report B RUN --random B RUN --more B-rest RUN --proposals $CNN/heldout-cnn \
   --cost-model pretrained/costmodel-cuda-sm90 --out bench/results/gpu-heldout-cnn
 (random@10 has no program there: its target is said not measured). Bundles ready:
 EOT
