@@ -26,7 +26,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,11 +157,10 @@ def measured(bundle: str | Path, results: str | Path, manifest: dict[str, Any]
              ) -> tuple[dict[str, dict[str, list[float | None]]], dict[str, float]]:
     """Per task: each proposer's medians in proposal order (None: refused or wrong), and dlight's
     (`manifest`: the bundle's)."""
-    from tlm.measure.cuda_measure import read_lines
     from tlm.measure.gpu_ingest import results_file
+    from tlm.measure.plan_assemble import medians
 
-    rows = read_lines(results_file(results, bundle))
-    med = {(r["t"], r["k"]): statistics.median(r["lat"]) for r in rows if r.get("lat") and not r.get("err")}
+    med = medians(results_file(results, bundle))
     out: dict[str, dict[str, list[float | None]]] = {}
     ref: dict[str, float] = {}
     for e in manifest["tasks"]:

@@ -223,6 +223,13 @@ def split_source(source: str) -> tuple[str, str]:
     return source[: m.start()], source[m.start():]
 
 
+def kernel_pieces(kernels: str) -> list[str]:
+    """The kernels part of TVM's CUDA C (split_source's second half) cut where each kernel's
+    `extern "C" __global__` starts, forward declarations and definitions alike, in order."""
+    starts = [m.start() for m in _KERNEL_START.finditer(kernels)]
+    return [kernels[a:b] for a, b in zip(starts, starts[1:] + [len(kernels)])]
+
+
 def rename_kernels(code: str, names: list[str], prefix: str) -> str:
     """Prefix every kernel name (so that the kernels of many programs share one file)."""
     if not names:

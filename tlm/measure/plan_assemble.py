@@ -31,21 +31,19 @@ from pathlib import Path
 from typing import Any
 
 from tlm.errors import TlmError, first_line
-from tlm.measure.cuda_build import split_source
+from tlm.measure.cuda_build import kernel_pieces, split_source
 from tlm.measure.cuda_measure import read_lines, read_manifest
 from tlm.measure.cuda_plan import DATA_FILE, EXPECTED_FILE, PLAN_FILE, read_plan
 
 _KERNEL_NAME = re.compile(r'extern "C" __global__\s+void\s+(?:__launch_bounds__\(\s*\d+\s*\)\s+)?(\w+)\s*\(')
-_KERNEL_START = re.compile(r'(?=^extern "C" __global__)', re.M)
 
 
 def program_source(group_source: str, prefix: str, names: list[str]) -> str:
     """One program's CUDA C out of a bundle's group file: the shared preamble and the kernels
     named `prefix + name` for each of `names` (TlmError if one is missing)."""
     preamble, kernels = split_source(group_source)
-    pieces = [p for p in _KERNEL_START.split(kernels) if p.strip()]
     wanted = {prefix + n for n in names}
-    mine = [p for p in pieces if (m := _KERNEL_NAME.match(p)) and m.group(1) in wanted]  # declarations too, in order
+    mine = [p for p in kernel_pieces(kernels) if (m := _KERNEL_NAME.match(p)) and m.group(1) in wanted]  # declarations too, in order
     missing = sorted(wanted - {_KERNEL_NAME.match(p).group(1) for p in mine})
     if missing:
         raise TlmError(f"kernels {missing} are not in the bundle's source")
