@@ -249,9 +249,9 @@ def walked(imported, info: TargetInfo, seed: int, msdb=None):
     """An imported model lowered for `info`, walked, its data marked: (module, how each function
     is scheduled, walk, carried arrays). The GPU plan and its CPU reference both come from here."""
     lowered: dict[str, Any] = {}
-    hashes: dict[str, str] = {}
+    hashes: dict[str, str] = {}  # CUDA only: what a GPU run's plan_assemble reads (the CPU reference needs none)
     with quiet_stderr():  # TVM's warnings (e.g. fast-mode gathers), not ours to show
-        mod, how = lower_to_calls(imported.mod, info, msdb, lowered, hashes)
+        mod, how = lower_to_calls(imported.mod, info, msdb, lowered, hashes if info.kind == "cuda" else None)
     w = walk(mod["main"])
     w.cuda, w.tasks = lowered, hashes
     return mod, how, w, mark_data(w, list(imported.inputs), seed)
