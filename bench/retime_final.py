@@ -85,6 +85,8 @@ def _methods(libs: Path, w: str) -> list[str]:
 
 def time_workload(libs: Path, w: str, rounds: int) -> dict:
     """Check every library of `w` against the run's PyTorch outputs, then one interleaved run."""
+    from types import SimpleNamespace
+
     import numpy as np
     import torch
     import tvm
@@ -114,8 +116,6 @@ def time_workload(libs: Path, w: str, rounds: int) -> dict:
     threads = resolve_target(None).cores  # the host's cores, whatever TVM's threads
     torch.set_num_threads(threads)
     module, inputs = get_workload(w).build()
-    from types import SimpleNamespace
-
     fns["pytorch"] = lambda: module(*inputs)
     plain = SimpleNamespace(onnx_path=None, torch_module=module, example_inputs=inputs,
                             inputs=[np.ascontiguousarray(x.numpy()) for x in inputs])
