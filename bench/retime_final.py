@@ -151,35 +151,39 @@ def _hardware() -> str:
     return host_label(resolve_target(None))
 
 
-def write(rows: list[dict], out: Path) -> None:
-    lines = ["# The final CPU run's end-to-end builds, timed again", "",
-             "`python bench/retime_final.py time LIBS --rounds R [--tvm-threads N]` (see its docstring): the libraries "
-             "of `results/full-llvm-znver4-2c` (2026-11-26/27, commit 42263bf) rebuilt by that commit's code from "
-             "its committed records, then timed with today's interleaved timer (50 ms untimed before each "
-             "contender, the order rotated each round) beside PyTorch eager and ONNX Runtime. Medians of the rounds "
-             "in ms; `MS / TLM@10g`: the median over the rounds of MetaSchedule@64g's time over TLM@10g's (above 1: "
-             "TLM faster), then with the CPUs near (round trip < 150 ns) and far, with their counts. `run`: the "
-             "run's own figures (fixed order, MetaSchedule first). Every library's output checked against the "
-             "run's PyTorch model.", "",
-             "| date | hardware | commit | TVM threads | workload | MetaSchedule@64g | TLM@0 | TLM@1g | TLM@10g | TLM@32g "
-             "| PyTorch | ONNX Runtime | MS / TLM@10g (near, far) | MS / TLM@10g, run | MS / TLM@0 | MS / TLM@0, run "
-             "| round trip ns | all match |",
-             "|" + "---|" * 18]
-    for r in rows:
-        med, v = r["median_ms"], r["ms_over_tlm"]
-        run = r.get("run", {})
-        f = (lambda x: f"{x:.3g}" if isinstance(x, (int, float)) else "-")
-        ten = v.get("tlm@10g", {})
-        near, far = ten.get("near", (None, 0)), ten.get("far", (None, 0))
-        cell10 = (f"{ten['all']:.2f}x ({f(near[0])}x in {near[1]}, {f(far[0])}x in {far[1]})" if ten else "-")
-        lines.append("| " + " | ".join(str(c) for c in [
-            r["date"], r["hardware"], r["commit"], r["tvm_threads"], r["workload"],
-            *(f(med.get(k)) for k in ("metaschedule@64g", "tlm@0", "tlm@1g", "tlm@10g", "tlm@32g", "pytorch", "onnxruntime")),
-            cell10, f"{run['tlm@10g']:.2f}x" if "tlm@10g" in run else "-",
+INTRO = ("`python bench/retime_final.py time LIBS --rounds R [--tvm-threads N]` (see its docstring): the libraries "
+         "of `results/full-llvm-znver4-2c` (2026-11-26/27, commit 42263bf) rebuilt by that commit's code from "
+         "its committed records, then timed with today's interleaved timer (50 ms untimed before each "
+         "contender, the order rotated each round) beside PyTorch eager and ONNX Runtime. Medians of the rounds "
+         "in ms; `MS / TLM@10g`: the median over the rounds of MetaSchedule@64g's time over TLM@10g's (above 1: "
+         "TLM faster), then with the CPUs near (round trip < 150 ns) and far, with their counts. `run`: the "
+         "run's own figures (fixed order, MetaSchedule first). Every library's output checked against the "
+         "run's PyTorch model.")
+HEADER = ("date | hardware | commit | TVM threads | workload | MetaSchedule@64g | TLM@0 | TLM@1g | TLM@10g | TLM@32g "
+          "| PyTorch | ONNX Runtime | MS / TLM@10g (near, far) | MS / TLM@10g, run | MS / TLM@0 | MS / TLM@0, run "
+          "| round trip ns | all match")
+
+
+def _fmt(x) -> str:
+    return f"{x:.3g}" if isinstance(x, (int, float)) else "-"
+
+
+def _cells(r: dict) -> list:
+    med, v, run = r["median_ms"], r["ms_over_tlm"], r.get("run", {})
+    ten = v.get("tlm@10g", {})
+    near, far = ten.get("near", (None, 0)), ten.get("far", (None, 0))
+    return [r["date"], r["hardware"], r["commit"], r["tvm_threads"], r["workload"],
+            *(_fmt(med.get(k)) for k in ("metaschedule@64g", "tlm@0", "tlm@1g", "tlm@10g", "tlm@32g", "pytorch", "onnxruntime")),
+            f"{ten['all']:.2f}x ({_fmt(near[0])}x in {near[1]}, {_fmt(far[0])}x in {far[1]})" if ten else "-",
+            f"{run['tlm@10g']:.2f}x" if "tlm@10g" in run else "-",
             f"{v['tlm@0']['all']:.2f}x" if "tlm@0" in v else "-", f"{run['tlm@0']:.2f}x" if "tlm@0" in run else "-",
-            f(r["round_trip_ns"]), all(c["matches"] for c in r["checks"].values())]) + " |")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+            _fmt(r["round_trip_ns"]), all(c["matches"] for c in r["checks"].values())]
+
+
+def write(rows: list[dict], out: Path) -> None:
+    from xcore import write_table
+
+    write_table(out, "The final CPU run's end-to-end builds, timed again", INTRO, HEADER, _cells, rows)
 
 
 def _run_ratios(w: str) -> dict:
