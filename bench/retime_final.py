@@ -92,8 +92,10 @@ def time_workload(libs: Path, w: str, rounds: int) -> dict:
     import tvm
     from tvm import relax
 
+    from tlm.compiler.build import CompileConfig
+    from tlm.compiler.check import max_abs_diff, tolerance_for
     from tlm.compiler.contenders import onnxruntime_runner
-    from tlm.eval.timing import run_for
+    from tlm.eval.timing import interleaved
     from tlm.graph.target import resolve_target
     from tlm.graph.zoo import get_workload
     from xcore import median_trip, round_trip_ns, split_by_placement
@@ -107,9 +109,8 @@ def time_workload(libs: Path, w: str, rounds: int) -> dict:
         vm = relax.VirtualMachine(tvm.runtime.load_module(str(libs / f"{w}@{m}.so")), tvm.cpu())
         got = vm["main"](*args)
         got = (got[0] if not hasattr(got, "numpy") else got).numpy()
-        diff = float(np.abs(got.astype(np.float64) - want).max())
-        tol = 1e-3 + 1e-3 * float(np.abs(want).max())
-        checks[m] = {"max_abs_diff": diff, "matches": bool(diff <= tol)}
+        diff = max_abs_diff(got, want)  # against the whole-model tolerance of a compile
+        checks[m] = {"max_abs_diff": diff, "matches": bool(diff <= tolerance_for(want, CompileConfig()))}
         fns[m] = lambda vm=vm: vm["main"](*args)
     # PyTorch and ONNX Runtime on today's zoo model of the same architecture (its weights differ from
     # the run's: speed, not output, is what they contribute here).
@@ -122,15 +123,8 @@ def time_workload(libs: Path, w: str, rounds: int) -> dict:
     run, note = onnxruntime_runner(plain, threads)
     if run is not None:
         fns["onnxruntime"] = run
-    keys, times, trips = list(fns), {k: [] for k in fns}, []
-    with torch.no_grad():
-        [fn() for fn in fns.values()]
-        for r in range(rounds):
-            trips.append(round_trip_ns(samples=1))
-            for k in keys[r % len(keys):] + keys[:r % len(keys)]:
-                run_for(fns[k], 50.0)
-                n, el = run_for(fns[k], 200.0)
-                times[k].append(el * 1e3 / n)
+    keys, trips = list(fns), []
+    times = interleaved(fns, rounds, before_round=lambda: trips.append(round_trip_ns(samples=1)))
     med = {k: round(statistics.median(v), 4) for k, v in times.items()}
     ms = times.get("metaschedule@64g")
     vs_ms = {}

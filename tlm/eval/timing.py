@@ -36,13 +36,14 @@ def run_for(fn: Callable, ms: float) -> tuple[int, float]:
 
 
 def interleaved(fns: dict[str, Callable], rounds: int, min_ms: float = 200.0,
-                settle_ms: float = 50.0) -> dict[str, list[float]]:
+                settle_ms: float = 50.0, before_round: Callable[[], object] | None = None) -> dict[str, list[float]]:
     """ms per call of every contender, once per round, contenders interleaved within a round.
 
     Each contender first runs untimed for `settle_ms` (the runtime before it stops spinning its
     threads, its own thread pool wakes), and the order rotates by one each round: timed in a
     fixed order without that, the first of two identical tlm builds of a sub-millisecond model ran
-    1.35x slower than the second, round after round (znver3, 2026-12-02, after ONNX Runtime)."""
+    1.35x slower than the second, round after round (znver3, 2026-12-02, after ONNX Runtime).
+    `before_round` runs first in every round (e.g. a probe of where the host put the CPUs)."""
     import torch
 
     keys = list(fns)
@@ -50,6 +51,8 @@ def interleaved(fns: dict[str, Callable], rounds: int, min_ms: float = 200.0,
     with torch.no_grad():
         [fn() for fn in fns.values()]  # warm-up
         for r in range(max(1, rounds)):
+            if before_round is not None:
+                before_round()
             for k in keys[r % len(keys):] + keys[:r % len(keys)]:
                 run_for(fns[k], settle_ms)
                 n, el = run_for(fns[k], min_ms)

@@ -43,8 +43,9 @@ def program_source(group_source: str, prefix: str, names: list[str]) -> str:
     named `prefix + name` for each of `names` (TlmError if one is missing)."""
     preamble, kernels = split_source(group_source)
     wanted = {prefix + n for n in names}
-    mine = [p for p in kernel_pieces(kernels) if (m := _KERNEL_NAME.match(p)) and m.group(1) in wanted]  # declarations too, in order
-    missing = sorted(wanted - {_KERNEL_NAME.match(p).group(1) for p in mine})
+    named = [(m.group(1), p) for p in kernel_pieces(kernels) if (m := _KERNEL_NAME.match(p))]
+    mine = [p for n, p in named if n in wanted]  # declarations too, in order
+    missing = sorted(wanted - {n for n, _ in named})
     if missing:
         raise TlmError(f"kernels {missing} are not in the bundle's source")
     return preamble + "".join(mine)
