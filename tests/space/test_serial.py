@@ -31,6 +31,24 @@ def test_work_counts_iteration_points(host):
 
 
 @pytest.mark.tvm
+def test_a_large_output_keeps_its_parallel_loops_on_several_cores(host):
+    """A layer norm of bert_tiny's shape ([128, 128], 64 KB) does little work, but a serial one
+    would move half its data between the cores; on one core it is serial."""
+    import dataclasses
+
+    import workloads_tir as W
+
+    from tlm.space.serial import SERIAL_OUT_BYTES, SERIAL_WORK, is_serial, output_bytes, task_work
+
+    two, one = (dataclasses.replace(host, cores=n) for n in (2, 1))
+    small, large = W.layer_norm(8, 32), W.layer_norm(128, 128)
+    assert task_work(large.mod) < SERIAL_WORK
+    assert output_bytes(small) == 8 * 32 * 4 < SERIAL_OUT_BYTES <= output_bytes(large) == 128 * 128 * 4
+    assert is_serial(small, two) and is_serial(small, one)
+    assert not is_serial(large, two) and is_serial(large, one)
+
+
+@pytest.mark.tvm
 def test_small_task_spaces_are_the_default_ones_on_one_thread(host):
     """Same spaces, same decisions, only the parallel annotation gone; programs build serial and
     compute the right answer; MetaSchedule's own spaces (the baseline) are the same."""

@@ -14,6 +14,16 @@ So the spaces of a task with little work have no parallel loop: the same rules w
 This is the space's definition (like PyTorch's `at::internal::GRAIN_SIZE` for its own kernels),
 for every tuner: tlm's, random, and MetaSchedule's own through `tlm.search.baselines`. A task's
 TIR and hash do not change; its programs are serial.
+
+Unless what it writes is large (SERIAL_OUT_BYTES) and the model runs on more than one core: a
+serial kernel runs on the calling thread, so it reads the half of its input that the other core
+wrote in the parallel kernel before it, and the parallel kernel after it reads half of its output
+from this core. On znver4 (2 cores, `python bench/serial_bytes.py`, 2026-12-06) that costs more
+than the pool trip it saves from 32 KB up: a serial copy of a row-parallel kernel's output took
+0.5 us longer in sequence than alone at 16 KB, 1.9 at 32 KB, 4.7 at 64 KB and 18.4 at 256 KB, a
+copy split by the same rows 0.1-0.6 us, where a trip through the pool cost 1.15 us. bert_tiny's
+layer norms ([128, 128], 64 KB) were such kernels; whole models gained up to 13% (densenet_block,
+bench/results/serial_bytes-models.md).
 """
 
 from __future__ import annotations
@@ -24,6 +34,9 @@ from __future__ import annotations
 # 0.52-0.98x there, 0.6-1.3x in a first probe with conv1d and bert_tiny tasks: larger tasks keep
 # the choice, on hosts where two threads scale better than these.
 SERIAL_WORK = 65536
+# Bytes of a task's output from which it keeps its parallel loops on a target of several cores,
+# whatever its work (the module's docstring; bench/results/serial_bytes.md).
+SERIAL_OUT_BYTES = 32768
 
 
 def task_work(mod) -> int | None:
@@ -46,12 +59,28 @@ def task_work(mod) -> int | None:
     return total
 
 
+def output_bytes(task) -> int:
+    """Bytes of the task's output (its function's last argument)."""
+    import math
+
+    import tvm
+
+    if not task.args:
+        return 0
+    out = task.args[-1]
+    dtype = tvm.DataType(out["dtype"])
+    return math.prod(out["shape"]) * ((dtype.bits * dtype.lanes + 7) // 8)
+
+
 def is_serial(task, target) -> bool:
-    """Whether `task`'s spaces on `target` are serial: a CPU target and little work."""
+    """Whether `task`'s spaces on `target` are serial: a CPU target, little work, and on several
+    cores an output small enough that no other core has to fetch it (SERIAL_OUT_BYTES)."""
     if target.kind == "cuda":
         return False
     work = task_work(task.mod)
-    return work is not None and work < SERIAL_WORK
+    if work is None or work >= SERIAL_WORK:
+        return False
+    return target.cores <= 1 or output_bytes(task) < SERIAL_OUT_BYTES
 
 
 def serial_generator(ctx):
