@@ -33,7 +33,9 @@ def _ok(cell: dict | None) -> bool:
 
 def load_cells(run: Path | None, stem: Path, hardware: str) -> dict[tuple[str, str, str], dict]:
     """The committed cells (`stem`.json) updated with this host's run folder; cells the parent
-    wrote itself (a crash, a timeout) carry no hardware and get this host's."""
+    wrote itself (a crash, a timeout) carry no hardware and get this host's. A compiled cell not yet
+    timed (`--no-time`) does not replace a timed one: its timing comes with `--time-only`, and an
+    experiment's run folder must not wipe the figures (a failure does replace them)."""
     cells: dict[tuple[str, str, str], dict] = {}
     old = stem.with_suffix(".json")
     if old.exists():
@@ -42,7 +44,10 @@ def load_cells(run: Path | None, stem: Path, hardware: str) -> dict[tuple[str, s
     for path in sorted(run.glob("*@*.json")) if run is not None and run.is_dir() else []:
         cell = json.loads(path.read_text())
         cell.setdefault("hardware", hardware)
-        cells[(cell["hardware"], cell["model"], cell["budget"])] = cell
+        key = (cell["hardware"], cell["model"], cell["budget"])
+        if cell["status"] == "ok" and "tlm_ms" not in cell and "tlm_ms" in cells.get(key, {}):
+            continue
+        cells[key] = cell
     return cells
 
 

@@ -55,3 +55,15 @@ def test_no_committed_file_and_no_run(tmp_path):
     write_report(None, ["a"], tmp_path / "outside-zoo", NEW)
     assert json.loads((tmp_path / "outside-zoo.json").read_text()) == []
     assert (tmp_path / "outside-zoo.md").read_text().startswith("# Outside the zoo")
+
+
+def test_an_untimed_cell_keeps_the_timed_one_but_a_failure_replaces_it(tmp_path):
+    stem = tmp_path / "outside-zoo"
+    stem.with_suffix(".json").write_text(json.dumps([_cell("a", "0", NEW, 1.0), _cell("b", "0", NEW, 2.0)]))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "a@0.json").write_text(json.dumps(_cell("a", "0", NEW, date="2026-12-06")))  # --no-time
+    (run / "b@0.json").write_text(json.dumps(_cell("b", "0", NEW, status="mismatch", date="2026-12-06")))
+    cells = load_cells(run, stem, NEW)
+    assert cells[(NEW, "a", "0")]["tlm_ms"] == 1.0
+    assert cells[(NEW, "b", "0")]["status"] == "mismatch"
