@@ -203,6 +203,12 @@ MODEL_HEADER = ("date | hardware | commit | model | before / after ms, all round
                 "max abs diff between the two")
 
 
+def _append(stem: Path, new: list[dict], title: str, intro: str, header: str, cells) -> None:
+    """STEM.json's rows with `new` after them, and STEM.md from them all."""
+    old = json.loads(stem.with_suffix(".json").read_text()) if stem.with_suffix(".json").exists() else []
+    write_table(stem, title, intro, header, cells, old + new)
+
+
 def main_models(specs: list[str], rounds: int, out: Path, stamp: dict) -> int:
     pairs = {}
     for spec in specs:
@@ -213,16 +219,15 @@ def main_models(specs: list[str], rounds: int, out: Path, stamp: dict) -> int:
                   file=sys.stderr)
             return 2
         pairs[name] = (paths[0], paths[1])
-    path = out.with_name(out.name + "-models")
-    old = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else []
-    rows = old + model_rows(time_models(pairs, rounds), stamp)
+    new = model_rows(time_models(pairs, rounds), stamp)
     intro = ("Command: `python bench/serial_bytes.py --models NAME=BEFORE.so,AFTER.so ...` (see its docstring). "
              "Whole models compiled without (before) and with (after) tlm.space.serial's output-bytes rule, same "
              "seeds and shipped models, timed interleaved round by round (TVM's timer, 200 ms a call, order rotated); "
              "speedup: the median over the rounds of before / after; `whole / alone`: the whole call over its "
              "kernels alone (issue 46 asks at most 1.1x); the number of rounds last.")
-    write_table(path, "Whole models with and without the output-bytes rule", intro, MODEL_HEADER, _model_cells, rows)
-    for r in rows[len(old):]:
+    _append(out.with_name(out.name + "-models"), new, "Whole models with and without the output-bytes rule", intro,
+            MODEL_HEADER, _model_cells)
+    for r in new:
         print(" | ".join(str(c) for c in _model_cells(r)[3:]))
     return 0
 
@@ -245,17 +250,22 @@ def main(argv: list[str] | None = None) -> int:
     stamp = {"date": time.strftime("%Y-%m-%d %H:%M"), "hardware": host_label(), "commit": commit or "unknown"}
     out = Path(args.out)
     if args.models:
-        return main_models(args.models, args.rounds, out, stamp)
-    old = json.loads(out.with_suffix(".json").read_text()) if out.with_suffix(".json").exists() else []
-    rows = old + rows_of(measure(rows_list, args.rounds), rows_list, stamp)
+        from tlm.errors import TlmError
+
+        try:
+            return main_models(args.models, args.rounds, out, stamp)
+        except TlmError as err:  # an unknown model name: one line
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+    new = rows_of(measure(rows_list, args.rounds), rows_list, stamp)
     intro = ("Command: `python bench/serial_bytes.py` (see its docstring). A [rows, 128] float32 tensor written by a "
              "kernel whose rows are split between TVM's threads, then copied by a serial kernel or by one split by the "
              "same rows: each pair's time in sequence minus the two kernels' times alone (each called twice in a row), "
              "medians over interleaved rounds, all rounds and then those with the CPUs near / far (cross-core round "
              "trip below / above 150 ns). `pool trip`: a 2 x 16 copy with a parallel loop minus the same copy serial. "
              "tlm.space.serial keeps a small task's parallel loops from SERIAL_OUT_BYTES (32 KB) of output.")
-    write_table(out, "A serial kernel between parallel ones", intro, HEADER, _cells, rows)
-    for r in rows[len(old):]:
+    _append(out, new, "A serial kernel between parallel ones", intro, HEADER, _cells)
+    for r in new:
         print(f"{r['kb']:>5} KB: serial {_fmt(r['serial_all_us'])} us, row-split {_fmt(r['parallel_all_us'])} us "
               f"(pool trip {_fmt(r['pool_trip_us'])} us)")
     return 0
