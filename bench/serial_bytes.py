@@ -12,8 +12,8 @@ the same rows. Each pair is timed in sequence (producer, consumer, back to back)
 kernel called twice in a row, so that it reads what it wrote itself); `in sequence - alone` is
 what moving the data between the cores costs. `pool trip`: a 2 x 16 copy with a parallel loop
 against the same copy serial, alone: what a parallel loop's start and stop costs. Python calls
-each kernel (about 0.3 us a call, the same in both). Rounds interleaved, each with its cross-core
-round trip (bench/xcore.py; CPUs near below 150 ns), medians. Appends rows to OUT.json, writes OUT.md.
+each kernel (about 0.3 us a call, the same in both). Rounds repeated (the same order in each), each
+with its cross-core round trip (bench/xcore.py; CPUs near below 150 ns), medians. Appends rows to OUT.json, writes OUT.md.
 
 `--models`: whole models, each pair of libraries checked against each other and timed
 interleaved (TVM's timer, 200 ms a call, the order rotated round by round) with the sum of each

@@ -134,7 +134,8 @@ def space_generator(target: TargetInfo):
 def space_context(task: Task, target: TargetInfo, **kwargs):
     """MetaSchedule's TuneContext of a task's design spaces, the same for every tuner (tlm's,
     random, MetaSchedule's): CPU spaces compute costly math that two blocks read once
-    (tlm.space.inline) and a task of little work has no parallel loop (tlm.space.serial)."""
+    (tlm.space.inline) and a task of little work has no parallel loop unless, on several cores,
+    it writes enough that another core would have to fetch it (tlm.space.serial)."""
     from tvm.s_tir import meta_schedule as ms
 
     from tlm.space.inline import space_mod
