@@ -16,8 +16,8 @@ each kernel (about 0.3 us a call, the same in both). Rounds repeated (the same o
 with its cross-core round trip (bench/xcore.py; CPUs near below 150 ns), medians. Appends rows to OUT.json, writes OUT.md.
 
 `--models`: whole models, each pair of libraries checked against each other and timed
-interleaved (TVM's timer, 200 ms a call, the order rotated round by round) with the sum of each
-library's kernels alone (bench/vm_profile.kernels_alone, as bench/ort_gap.py times it) and the
+interleaved (tlm.eval.timing.interleaved: 50 ms untimed, then calls for >= 200 ms, the order
+rotated round by round) with the sum of each library's kernels alone (bench/vm_profile.kernels_alone, as bench/ort_gap.py times it) and the
 round trip, medians over all rounds and over the rounds with the CPUs near and far; appends rows
 to OUT-models.json and writes OUT-models.md.
 """
@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from xcore import NEAR_NS, round_trip_ns, write_table  # bench/ is on the path when a bench script runs
+from xcore import median_trip, round_trip_ns, split_by_placement, write_table  # bench/ is on the path when a bench script runs
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -54,14 +54,14 @@ def _copy(rows: int, cols: int, parallel: bool):
     return tvm.compile(sch.mod, target="llvm").mod["main"]
 
 
-def _per_call_us(fn, calls: int) -> float:
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter() - t0) / calls * 1e6
+def _per_call_us(fn, ms: float) -> float:
+    from tlm.eval.timing import run_for
+
+    n, seconds = run_for(fn, ms)
+    return seconds / n * 1e6
 
 
-def measure(rows_list: list[int], rounds: int, calls: int = 3000) -> dict:
+def measure(rows_list: list[int], rounds: int, ms: float = 10.0) -> dict:
     import numpy as np
     import tvm
 
@@ -77,22 +77,27 @@ def measure(rows_list: list[int], rounds: int, calls: int = 3000) -> dict:
     trips = []
     for _ in range(rounds):
         trips.append(round_trip_ns(samples=1))
-        trip = (_per_call_us(lambda: tiny_par(ta, tb), calls) - _per_call_us(lambda: tiny_ser(ta, tb), calls))
+        trip = (_per_call_us(lambda: tiny_par(ta, tb), ms) - _per_call_us(lambda: tiny_ser(ta, tb), ms))
         cells.setdefault("pool_trip_us", []).append(trip)
         for n in rows_list:
             produce, par, ser = kernels[n]
             x, y, z = arrays[n]
             for name, consume in (("parallel", par), ("serial", ser)):
-                seq = _per_call_us(lambda: (produce(x, y), consume(y, z)), calls)
-                alone = (_per_call_us(lambda: (produce(x, y), produce(x, y)), calls) / 2
-                         + _per_call_us(lambda: (consume(y, z), consume(y, z)), calls) / 2)
+                seq = _per_call_us(lambda: (produce(x, y), consume(y, z)), ms)
+                alone = (_per_call_us(lambda: (produce(x, y), produce(x, y)), ms) / 2
+                         + _per_call_us(lambda: (consume(y, z), consume(y, z)), ms) / 2)
                 cells.setdefault(f"{n}:{name}", []).append(seq - alone)
     return {"cells": cells, "trips": trips, "threads": runtime_threads()}
 
 
-def _medians(values: list[float], trips: list, near: bool | None) -> tuple[float | None, int]:
-    keep = [v for v, t in zip(values, trips) if near is None or (t is not None and (t < NEAR_NS) == near)]
-    return (round(statistics.median(keep), 3) if keep else None, len(keep))
+def _placed(values: list, trips: list) -> dict[str, list]:
+    """The rounds' values, all and split by where the CPUs sat (xcore.split_by_placement)."""
+    near, far = split_by_placement(trips, values)
+    return {"all": values, "near": near, "far": far}
+
+
+def _median(values: list, digits: int) -> float | None:
+    return round(statistics.median(values), digits) if values else None
 
 
 def rows_of(result: dict, rows_list: list[int], stamp: dict) -> list[dict]:
@@ -101,12 +106,11 @@ def rows_of(result: dict, rows_list: list[int], stamp: dict) -> list[dict]:
     for n in rows_list:
         row = dict(stamp, kb=n * COLS * 4 // 1024, threads=result["threads"], rounds=len(trips))
         for name in ("parallel", "serial"):
-            for place, near in (("all", None), ("near", True), ("far", False)):
-                med, count = _medians(cells[f"{n}:{name}"], trips, near)
-                row[f"{name}_{place}_us"] = med
-                row[f"{place}_rounds"] = count
-        row["pool_trip_us"] = _medians(cells["pool_trip_us"], trips, None)[0]
-        row["round_trip_ns"] = round(statistics.median(t for t in trips if t is not None), 1) if any(trips) else None
+            for place, values in _placed(cells[f"{n}:{name}"], trips).items():
+                row[f"{name}_{place}_us"] = _median(values, 3)
+                row[f"{place}_rounds"] = len(values)
+        row["pool_trip_us"] = _median(cells["pool_trip_us"], 3)
+        row["round_trip_ns"] = median_trip(trips)
         out.append(row)
     return out
 
@@ -139,12 +143,14 @@ def _model_inputs(name: str) -> list:
 
 
 def time_models(pairs: dict[str, tuple[str, str]], rounds: int) -> dict[str, dict]:
-    """Per model: both libraries' whole call and kernels alone, round by round (order rotated)."""
-    import numpy as np
+    """Per model: both libraries' whole call (tlm.eval.timing.interleaved: settled, order rotated)
+    and, first in each round, the round trip and each library's kernels alone."""
     import tvm
     from tvm import relax
 
     from tlm.compiler.build import out_numpy
+    from tlm.compiler.check import max_abs_diff
+    from tlm.eval.timing import interleaved
     from vm_profile import kernels_alone
 
     out = {}
@@ -156,16 +162,16 @@ def time_models(pairs: dict[str, tuple[str, str]], rounds: int) -> dict[str, dic
             vms[key] = relax.VirtualMachine(lib, tvm.cpu())
             alone[key] = kernels_alone(lib, args)
             results.append(out_numpy(vms[key]["main"](*args)))
-        diff = float(np.max(np.abs(results[0] - results[1]))) if results[0].size else 0.0
-        timers = {k: vm.time_evaluator("main", tvm.cpu(), number=1, repeat=1, min_repeat_ms=200) for k, vm in vms.items()}
-        per: dict[str, list] = {"trip": [], "before": [], "after": [], "before_alone": [], "after_alone": []}
-        keys = list(timers)
-        for r in range(rounds):
+        per: dict[str, list] = {"trip": [], "before_alone": [], "after_alone": []}
+
+        def before_round() -> None:
             per["trip"].append(round_trip_ns(samples=1))
-            for k in keys[r % 2:] + keys[:r % 2]:
-                per[k].append(timers[k](*args).mean * 1e3)
-                per[f"{k}_alone"].append(alone[k]())
-        out[name] = {"libraries": list(libs), "max_abs_diff": diff, "per_round": per}
+            for k, timer in alone.items():
+                per[f"{k}_alone"].append(timer())
+
+        per.update(interleaved({k: (lambda f=vm["main"]: f(*args)) for k, vm in vms.items()}, rounds,
+                               before_round=before_round))
+        out[name] = {"libraries": list(libs), "max_abs_diff": max_abs_diff(results[0], results[1]), "per_round": per}
     return out
 
 
@@ -174,17 +180,16 @@ def model_rows(timed: dict[str, dict], stamp: dict) -> list[dict]:
     for name, t in timed.items():
         per = t["per_round"]
         row = dict(stamp, model=name, libraries=t["libraries"], max_abs_diff=t["max_abs_diff"], rounds=len(per["trip"]))
-        for place, near in (("all", None), ("near", True), ("far", False)):
-            idx = [i for i, trip in enumerate(per["trip"])
-                   if near is None or (trip is not None and (trip < NEAR_NS) == near)]
-            row[f"{place}_rounds"] = len(idx)
-            for k in ("before", "after"):
-                whole = [per[k][i] for i in idx]
-                ratio = [per[k][i] / per[f"{k}_alone"][i] for i in idx]
-                row[f"{k}_{place}_ms"] = round(statistics.median(whole), 4) if idx else None
-                row[f"{k}_{place}_ratio"] = round(statistics.median(ratio), 3) if idx else None
-            row[f"speedup_{place}"] = (round(statistics.median(per["before"][i] / per["after"][i] for i in idx), 3)
-                                       if idx else None)
+        for k in ("before", "after"):
+            ratios = [w / a for w, a in zip(per[k], per[f"{k}_alone"])]
+            for place, values in _placed(per[k], per["trip"]).items():
+                row[f"{k}_{place}_ms"] = _median(values, 4)
+                row[f"{place}_rounds"] = len(values)
+            for place, values in _placed(ratios, per["trip"]).items():
+                row[f"{k}_{place}_ratio"] = _median(values, 3)
+        speedups = [b / a for b, a in zip(per["before"], per["after"])]
+        for place, values in _placed(speedups, per["trip"]).items():
+            row[f"speedup_{place}"] = _median(values, 3)
         rows.append(row)
     return rows
 
@@ -222,7 +227,8 @@ def main_models(specs: list[str], rounds: int, out: Path, stamp: dict) -> int:
     new = model_rows(time_models(pairs, rounds), stamp)
     intro = ("Command: `python bench/serial_bytes.py --models NAME=BEFORE.so,AFTER.so ...` (see its docstring). "
              "Whole models compiled without (before) and with (after) tlm.space.serial's output-bytes rule, same "
-             "seeds and shipped models, timed interleaved round by round (TVM's timer, 200 ms a call, order rotated); "
+             "seeds and shipped models, timed interleaved round by round, order rotated (the rows of 2026-12-06 by TVM's "
+             "timer, 200 ms a call; later rows by tlm.eval.timing.interleaved, 50 ms untimed then >= 200 ms); "
              "speedup: the median over the rounds of before / after; `whole / alone`: the whole call over its "
              "kernels alone (issue 46 asks at most 1.1x); the number of rounds last.")
     _append(out.with_name(out.name + "-models"), new, "Whole models with and without the output-bytes rule", intro,

@@ -75,12 +75,10 @@ def output_bytes(task) -> int:
 def is_serial(task, target) -> bool:
     """Whether `task`'s spaces on `target` are serial: a CPU target, little work, and on several
     cores an output small enough that no other core has to fetch it (SERIAL_OUT_BYTES)."""
-    if target.kind == "cuda":
-        return False
+    if target.kind == "cuda" or (target.cores > 1 and output_bytes(task) >= SERIAL_OUT_BYTES):
+        return False  # the byte count first: task_work builds a schedule of the task
     work = task_work(task.mod)
-    if work is None or work >= SERIAL_WORK:
-        return False
-    return target.cores <= 1 or output_bytes(task) < SERIAL_OUT_BYTES
+    return work is not None and work < SERIAL_WORK
 
 
 def serial_generator(ctx):
