@@ -245,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--budget", action="append",
-                   help="budgets to run (default: 0, 10g and onnx0: budget 0 through the model's ONNX export)")
+                   help="budgets to run, repeated or comma-separated (default: 0,10g,onnx0; onnxB: budget B "
+                        "through the model's ONNX export)")
     p.add_argument("--models", help="comma-separated model names or families (vision, audio, text, plain, op: "
                                     "one operator each); default: every model but the op entries")
     p.add_argument("--run", default=None, help="cell folder (default: work/outside-zoo/CPU-CORESc, e.g. znver3-2c)")
@@ -261,7 +262,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--db", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    budgets = args.budget or ["0", "10g", "onnx0"]
+    budgets = [b.strip() for text in (args.budget or ["0,10g,onnx0"]) for b in text.split(",") if b.strip()]
+    from tlm.errors import TlmError
+    from tlm.search.base import parse_budget
+
+    try:  # a bad budget fails here, in one line, before any cell is written
+        for b in budgets:
+            parse_budget(b[len("onnx"):] if b.startswith("onnx") else b, 1, allow_zero=True)
+    except TlmError as err:
+        print(f"outside_zoo: {err}", file=sys.stderr)
+        return 2
     if args.cell:
         _write(Path(args.out), run_cell(args.cell, budgets[0], args.db, args.rounds))
         return 0
