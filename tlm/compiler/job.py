@@ -195,7 +195,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     info = resolve_target(args.target)
     imported, tasks = load(args.source, target=info)
     cfg = CompileConfig(repeat=args.repeat, compare=not args.no_compare, cold_pick=args.cold_pick)
-    tcfg = TuneConfig(batch_size=args.batch_size, seed=args.seed, cost_model=args.cost_model)
+    tcfg = TuneConfig(batch_size=args.batch_size, seed=args.seed, cost_model=args.cost_model, donors=args.donors)
     progress = not args.json and sys.stderr.isatty() or args.progress
     if info.kind == "cuda":
         return _plan_report(tune_and_plan(imported, tasks, info, db=args.db, budget=args.budget, model=args.model,
@@ -278,6 +278,8 @@ def _plan_report(report: dict[str, Any], args: argparse.Namespace) -> int:
 
 
 def register_cli(sub) -> None:
+    from tlm.search.base import TuneConfig
+
     p = sub.add_parser("compile", help="build a whole model with the best records (optionally tune it first) and compare it")
     p.add_argument("source", help="a zoo workload name or a path to an .onnx file")
     p.add_argument("--db", default=None,
@@ -300,6 +302,9 @@ def register_cli(sub) -> None:
                         "model's threads and apply the fastest (default %(default)s; 0: the records' own pick)")
     p.add_argument("--batch-size", type=int, default=16, help="--budget: candidates measured per batch")
     p.add_argument("--seed", type=int, default=0, help="--budget: sampling seed")
+    p.add_argument("--donors", type=int, default=TuneConfig.donors, metavar="K",
+                   help="--budget: the measured programs of the K corpus tasks with the same operators at the "
+                        "nearest shapes join each task's first-choice samples (0: the samples only)")
     p.add_argument("--progress", action="store_true", help="show tuning progress even when not a terminal")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_compile)

@@ -38,6 +38,10 @@ class TuneConfig:
     # tlm: a first choice that redoes work gives way to the next one ranked (tlm.space.build_cost);
     # False keeps it (to time a model with and without the check: bench/pick.py --lean-check both)
     lean_check: bool = True
+    # tlm: the measured programs of this many corpus tasks with the task's operators at the
+    # nearest shapes join the first choice's samples, their decisions carried over (tlm.search.donors;
+    # 0: the samples only)
+    donors: int = 3
     # tlm: the cost model ranking the model's samples (tlm.search.costmodel): "auto" (the shipped
     # one for the target, if any), "none", or a directory. With one, a task's n new programs are
     # the n it ranks first of `cm_pool` x n samples (the rest are not measured).

@@ -97,7 +97,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     if args.cm_adapt_trees < 0:
         raise TlmError("--cm-adapt-trees must be >= 0")
     config = TuneConfig(batch_size=args.batch_size, seed=args.seed, measure=measure_config_from_args(args),
-                        cost_model=args.cost_model, cm_adapt_trees=args.cm_adapt_trees)
+                        cost_model=args.cost_model, cm_adapt_trees=args.cm_adapt_trees, donors=args.donors)
     rows = tune(args.source, args.tuner, args.budget, args.db, args.target, config,
                 progress=not args.json and sys.stderr.isatty() or args.progress, model=args.model)
     if args.json:
@@ -127,6 +127,9 @@ def register_cli(sub) -> None:
     p.add_argument("--target", default=None, help="'host' (default), or a TVM target as JSON")
     p.add_argument("--batch-size", type=int, default=16, help="candidates measured per batch")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--donors", type=int, default=TuneConfig.donors, metavar="K",
+                   help="tlm: the measured programs of the K corpus tasks with the same operators at the nearest "
+                        "shapes join each task's first-choice samples (0: the samples only; tlm.search.donors)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--progress", action="store_true", help="show progress even when not a terminal")
     add_measure_args(p)
