@@ -158,3 +158,16 @@ def test_the_first_choice_ranks_donors_with_the_samples(tmp_path, monkeypatch, h
             parse(got[1].sentence, big, host)
     with pytest.raises(Exception, match="donors"):
         TlmTuner([big], None, host, TuneConfig(budget="0", donors=-1))
+
+
+def test_no_corpus_is_said_once_and_gives_no_donors(monkeypatch, capsys, host):
+    from tlm.search import donors
+
+    monkeypatch.setattr(donors, "load_index", lambda corpus=None: None)
+    monkeypatch.setattr(donors, "_NO_CORPUS", [])
+    task = w.matmul(32, 32, 64)
+    assert donors.donor_samples(task, host, 3, set()) == []
+    assert donors.donor_samples(task, host, 3, set()) == []
+    err = capsys.readouterr().err
+    assert err.count("tlm: note: no corpus") == 1
+    assert donors.donor_samples(task, host, 0, set()) == []

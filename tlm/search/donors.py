@@ -11,6 +11,10 @@ shapes (gpt2 at 64 tokens); each decision of one, carried to the new task as the
 choice (`carry`), gives a program of the new task's own space, and the donors join the samples
 in the cost model's ranking. A held-out task is in no corpus, so a donor is never its own
 program; a user's task that is in the corpus gets its own measured programs at distance 0.
+Whole models at budget 0, with 3 donor tasks against none (znver4, 2026-12-06,
+`python bench/donors.py --models ...`): gpt2 1.16x faster, bert_tiny 1.10x, mobilenet_v2 1.07x,
+bert_base 1.06x, resnet_50 1.05x, dcgan 0.99x. A donor can lose to the pick it displaces (one of
+mobilenet_v2's 1x1 convolutions, 1.6x slower alone): the cost model ranks it, nothing measures it.
 
 The index (`load_index`) keeps, per corpus task, its operators, argument shapes and the decision
 words of its DONOR_RECORDS fastest correct programs per CPU; built from the shards once per
@@ -278,3 +282,26 @@ def donor_programs(task, target, index: dict[str, Any] | None, k_tasks: int = DO
             seen.add(sentence)
             out.append((donor, prog, sentence))
     return out
+
+
+_NO_CORPUS: list = []  # said once per process
+
+
+def donor_samples(task, target, k_tasks: int, skip: set[str]) -> list:
+    """The donor programs of `task` as the language model's samples are (tlm.model.generate.Generated,
+    log-prob NaN: no model wrote them), none whose sentence is in `skip`; [] for a GPU target or
+    k_tasks 0. A checkout without data/corpus has none, said once per process."""
+    import sys
+
+    from tlm.model.generate import Generated
+
+    if k_tasks <= 0 or target.kind != "llvm":
+        return []
+    index = load_index()
+    if index is None and not _NO_CORPUS:
+        _NO_CORPUS.append(True)
+        print(f"tlm: note: no corpus at {corpus_dir()}: first choices from the model's samples only (no donors)",
+              file=sys.stderr)
+    return [Generated(task.hash, sentence, prog.space, [list(d) if isinstance(d, tuple) else d for d in prog.decisions],
+                      float("nan"), None, prog.sch)
+            for _, prog, sentence in donor_programs(task, target, index, k_tasks) if sentence not in skip]

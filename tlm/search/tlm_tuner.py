@@ -122,22 +122,11 @@ class TlmTuner(Tuner):
         seed = seeds(cfg.seed, task, 0, 2)[1]  # not round 0's sampling seed (the first of the two)
         samples = gen.generate(task, max(1, cfg.pick_samples), seen=seen, seed=seed)
         if samples and cfg.pick == "cost" and self.cost_model is not None:
-            return self.ranking.ranked(task, samples + self._donors(task, seen, samples), lambda g: self.schedule(task, g))
+            from tlm.search.donors import donor_samples
+
+            extra = donor_samples(task, self.target, cfg.donors, set(seen or ()) | {g.sentence for g in samples})
+            return self.ranking.ranked(task, samples + extra, lambda g: self.schedule(task, g))
         return sorted(samples, key=lambda g: -g.logprob)
-
-    def _donors(self, task: Task, seen: set[str] | None, samples: list) -> list:
-        """Programs of the nearest corpus tasks' measured ones, carried to `task` (tlm.search.donors),
-        as Generated records (log-prob NaN: no model wrote them), none seen or sampled already."""
-        from tlm.model.generate import Generated
-        from tlm.search.donors import donor_programs, load_index
-
-        if self.config.donors <= 0 or self.target.kind != "llvm":
-            return []
-        skip = set(seen or ()) | {g.sentence for g in samples}
-        return [Generated(task.hash, sentence, prog.space, [list(d) if isinstance(d, tuple) else d for d in prog.decisions],
-                          float("nan"), None, prog.sch)
-                for _, prog, sentence in donor_programs(task, self.target, load_index(), self.config.donors)
-                if sentence not in skip]
 
     def _build_cost(self, task: Task, g) -> int:
         """The odd-width vector lanes of a program when too many for LLVM (tlm.space.build_cost), else 0."""
