@@ -88,7 +88,7 @@ def build_index(corpus: str | os.PathLike) -> dict[str, Any]:
         for t in shard_tasks:
             tasks.setdefault(t["hash"], [t["name"], [[a["dtype"], a["shape"]] for a in t["args"]]])
         key = header.get("target_key") or json.dumps(header.get("target", {}), sort_keys=True)
-        if not key.startswith('{"kind": "llvm"'):
+        if json.loads(key).get("kind") != "llvm":
             continue  # CPU programs only: a GPU space's decisions differ
         for r in records:
             if r.get("err") or not r.get("lat") or not r.get("s"):
