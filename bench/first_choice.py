@@ -3,6 +3,7 @@
     .venv/bin/python bench/first_choice.py [--heldout results/heldout-HARDWARE] [--pools 8 32 128]
         [--models shipped=pretrained/tlm-ft-llvm-x86_64 new=DIR] [--top-k 10]
         [--cost-models shipped=pretrained/costmodel-llvm-x86_64 new=DIR] [--tasks 20] [--generate-only]
+        [--donors 3]
 
 The first choice is what `tlm compile --budget 0` applies and what TLM@1 measures: the cost
 model's top pick of `pick_samples` (default 32) samples of the shipped fine-tuned model. Per
@@ -16,7 +17,9 @@ them, a stand-in for TLM@K without the tuner's rounds). A task's distinct picks 
 contender are measured together, each once (WORK/eval-db, resumable; held-out tasks, never in
 the corpus). Scores: geometric mean over tasks of the pick's latency over the best pick of any
 first-choice contender, and the summed latency against the run's MetaSchedule@64 (its
-heldout.csv), the issue's TLM@1 target (>= 0.8).
+heldout.csv), the issue's TLM@1 target (>= 0.8). With --donors K, each cost model also ranks the
+first 32 samples together with the programs of the K nearest corpus tasks (tlm.search.donors;
+contender `...+donorsK@32`, what `tlm compile --budget 0` picks since 2026-12-06).
 
 Writes OUT/first_choice.json and OUT/first_choice.md (default OUT: bench/results).
 """
@@ -46,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="default: shipped=the shipped cost model for this target")
     p.add_argument("--pools", type=int, nargs="+", default=[8, 32, 128])
     p.add_argument("--tasks", type=int, default=20)
+    p.add_argument("--donors", type=int, default=0, metavar="K",
+                   help="also each cost model's pick among 32 samples and the K nearest corpus tasks' programs")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
                    help="sampling seeds: every (task, seed) is one first choice per contender")
     p.add_argument("--work", default=None, help="default work/first-choice-HARDWARE")
@@ -70,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     from tlm.model.generate import Generator
     from tlm.model.lm import default_model_dir
     from tlm.search.costmodel import CostModel, load_cost_model
+    from tlm.search.donors import donor_programs, load_index
     from tlm.space.design import task_space
     from tlm.space.language import parse
 
@@ -127,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         for seed in args.seeds:
             for i, (w, task) in enumerate(picked):
                 space = task_space(task, target)
+                donated = [(sentence, prog.sch) for _, prog, sentence in
+                           donor_programs(task, target, load_index(), args.donors)] if args.donors else []
                 picks, tops = {}, {}
                 for m in models:
                     ok, schs = [], []
@@ -145,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
                         for n in args.pools:
                             if ok[:n]:
                                 picks[name(m, label, str(n))] = ok[next(j for j in order if j < n)].sentence
+                        if donated and ok:
+                            pool = [g.sentence for g in ok[:32]] + [d for d, _ in donated]
+                            joint = cm.rank(task, schs[:32] + [sch for _, sch in donated], target)
+                            picks[name(m, f"{label}+donors{args.donors}", "32")] = pool[joint[0]]
                         if args.top_k and ok:
                             top = order[: args.top_k]
                             tops[name(m, label, f"{n_max} top {args.top_k}")] = [ok[j].sentence for j in top]
@@ -177,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
            + (f" --models {' '.join(args.models)}" if args.models else "")
            + (f" --top-k {args.top_k}" if args.top_k else "")
            + (f" --cost-models {' '.join(args.cost_models)}" if args.cost_models else "")
+           + (f" --donors {args.donors}" if args.donors else "")
            + (f" --work {args.work}" if args.work else "") + (f" --heldout {args.heldout}" if args.heldout else "")
            + (" --other-hardware" if args.other_hardware else "") + (" --skip-changed" if args.skip_changed else "") + f" --name {args.name}`")
     gens = ", ".join(f"{k} = `{v}`" for k, v in models.items())
