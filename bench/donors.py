@@ -19,7 +19,6 @@ OUT-models.json, writes OUT-models.md.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import sys
@@ -27,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from xcore import write_table  # bench/ is on the path when a bench script runs
+from xcore import append_table  # bench/ is on the path when a bench script runs
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -132,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                  "donors, same code, seeds and shipped models, checked against each other, timed interleaved "
                  "round by round (tlm.eval.timing.interleaved); speedup: the median over the rounds of before / "
                  "after; `whole / alone`: the whole call over its kernels alone; the number of rounds last.")
-        serial_bytes._append(out.with_name(out.name + "-models"), new, "Whole models with and without donors at budget 0",
+        append_table(out.with_name(out.name + "-models"), new, "Whole models with and without donors at budget 0",
                              intro, serial_bytes.MODEL_HEADER, serial_bytes._model_cells)
         for r in new:
             print(" | ".join(str(c) for c in serial_bytes._model_cells(r)[3:]))
@@ -154,15 +153,13 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows:
             print(" | ".join(str(c) for c in (_sum_cells(r) if r.get("summary") else _task_cells(r))[3:]), flush=True)
         new += rows
-    stem = out.with_name(out.name + "-tasks")
-    old = json.loads(stem.with_suffix(".json").read_text()) if stem.with_suffix(".json").exists() else []
     intro = ("Command: `python bench/donors.py --tasks W,... --top N --repeats R` (see its docstring). Each heavy "
              "task's budget-0 first choice without and with nearest-task donors (`--donors 0` / `3`), each "
              "measured R times on one thread, interleaved in one batch, medians (us); `donor`: the pick with "
              "donors is a donor's program, `same`: the two picks are one program, `model`: another of the "
              "model's samples (the donors changed the ranking's lean limit); speedup: without / with.")
-    write_table(stem, "Budget-0 first choices with and without nearest-task donors", intro, TASK_HEADER,
-                lambda r: _sum_cells(r) if r.get("summary") else _task_cells(r), old + new)
+    append_table(out.with_name(out.name + "-tasks"), new, "Budget-0 first choices with and without nearest-task donors",
+                 intro, TASK_HEADER, lambda r: _sum_cells(r) if r.get("summary") else _task_cells(r))
     return 0
 
 

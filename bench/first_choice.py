@@ -129,12 +129,14 @@ def main(argv: list[str] | None = None) -> int:
         return (f"{m}:" if len(models) > 1 else "") + (f"{c}@{what}" if c else what)
 
     bench = Bench(work, target, MeasureConfig())
+    donated: dict[str, list] = {}  # task hash -> (sentence, schedule) of its donors (--donors)
     try:
         for seed in args.seeds:
             for i, (w, task) in enumerate(picked):
                 space = task_space(task, target)
-                donated = [(sentence, prog.sch) for _, prog, sentence in
-                           donor_programs(task, target, load_index(), args.donors)] if args.donors else []
+                if args.donors and task.hash not in donated:  # the same for every seed
+                    donated[task.hash] = [(sentence, prog.sch) for _, prog, sentence in
+                                          donor_programs(task, target, load_index(), args.donors)]
                 picks, tops = {}, {}
                 for m in models:
                     ok, schs = [], []
@@ -153,9 +155,9 @@ def main(argv: list[str] | None = None) -> int:
                         for n in args.pools:
                             if ok[:n]:
                                 picks[name(m, label, str(n))] = ok[next(j for j in order if j < n)].sentence
-                        if donated and ok:
-                            pool = [g.sentence for g in ok[:32]] + [d for d, _ in donated]
-                            joint = cm.rank(task, schs[:32] + [sch for _, sch in donated], target)
+                        if donated.get(task.hash) and ok:
+                            pool = [g.sentence for g in ok[:32]] + [d for d, _ in donated[task.hash]]
+                            joint = cm.rank(task, schs[:32] + [sch for _, sch in donated[task.hash]], target)
                             picks[name(m, f"{label}+donors{args.donors}", "32")] = pool[joint[0]]
                         if args.top_k and ok:
                             top = order[: args.top_k]

@@ -25,14 +25,13 @@ to OUT-models.json and writes OUT-models.md.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from xcore import median_trip, round_trip_ns, split_by_placement, write_table  # bench/ is on the path when a bench script runs
+from xcore import append_table, median_trip, round_trip_ns, split_by_placement, write_table  # bench/ is on the path when a bench script runs
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -208,12 +207,6 @@ MODEL_HEADER = ("date | hardware | commit | model | before / after ms, all round
                 "max abs diff between the two")
 
 
-def _append(stem: Path, new: list[dict], title: str, intro: str, header: str, cells) -> None:
-    """STEM.json's rows with `new` after them, and STEM.md from them all."""
-    old = json.loads(stem.with_suffix(".json").read_text()) if stem.with_suffix(".json").exists() else []
-    write_table(stem, title, intro, header, cells, old + new)
-
-
 def main_models(specs: list[str], rounds: int, out: Path, stamp: dict) -> int:
     pairs = {}
     for spec in specs:
@@ -231,7 +224,7 @@ def main_models(specs: list[str], rounds: int, out: Path, stamp: dict) -> int:
              "timer, 200 ms a call; later rows by tlm.eval.timing.interleaved, 50 ms untimed then >= 200 ms); "
              "speedup: the median over the rounds of before / after; `whole / alone`: the whole call over its "
              "kernels alone (issue 46 asks at most 1.1x); the number of rounds last.")
-    _append(out.with_name(out.name + "-models"), new, "Whole models with and without the output-bytes rule", intro,
+    append_table(out.with_name(out.name + "-models"), new, "Whole models with and without the output-bytes rule", intro,
             MODEL_HEADER, _model_cells)
     for r in new:
         print(" | ".join(str(c) for c in _model_cells(r)[3:]))
@@ -270,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
              "medians over interleaved rounds, all rounds and then those with the CPUs near / far (cross-core round "
              "trip below / above 150 ns). `pool trip`: a 2 x 16 copy with a parallel loop minus the same copy serial. "
              "tlm.space.serial keeps a small task's parallel loops from SERIAL_OUT_BYTES (32 KB) of output.")
-    _append(out, new, "A serial kernel between parallel ones", intro, HEADER, _cells)
+    append_table(out, new, "A serial kernel between parallel ones", intro, HEADER, _cells)
     for r in new:
         print(f"{r['kb']:>5} KB: serial {_fmt(r['serial_all_us'])} us, row-split {_fmt(r['parallel_all_us'])} us "
               f"(pool trip {_fmt(r['pool_trip_us'])} us)")

@@ -123,6 +123,14 @@ def write_table(out: Path, title: str, intro: str, header: str, cells, rows: lis
     out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
 
 
+def append_table(stem: Path, new: list[dict], title: str, intro: str, header: str, cells) -> None:
+    """STEM.json's rows with `new` after them, and STEM.md from them all (`write_table`)."""
+    import json
+
+    old = json.loads(stem.with_suffix(".json").read_text()) if stem.with_suffix(".json").exists() else []
+    write_table(stem, title, intro, header, cells, old + new)
+
+
 def interleaved_ms(vms: dict, args: list, rounds: int) -> tuple[dict[str, float], float | None]:
     """Each Relax VM of `vms` called back to back for 200 ms by TVM's timer, the VMs in turn round
     by round with each round's round trip first: (median ms per key, median round trip ns). The

@@ -48,6 +48,12 @@ class Generated:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "schedule"}
 
 
+def generated(task_hash: str, prog, sentence: str, logprob: float) -> Generated:
+    """The Generated record of a walked program (tlm.space.design.Program) and its sentence."""
+    decisions = [list(d) if isinstance(d, tuple) else d for d in prog.decisions]
+    return Generated(task_hash, sentence, prog.space, decisions, logprob, prog.error, prog.sch if prog.ok else None)
+
+
 @contextlib.contextmanager
 def one_thread(model):
     """PyTorch on one thread while a CPU model generates: its passes are many small ops, each a
@@ -111,10 +117,7 @@ class Generator:
         from tlm.space.language import render
 
         prog = lane.program
-        sentence = "" if prog.sch is None else render(prog, task, self.target)
-        decisions = [list(d) if isinstance(d, tuple) else d for d in prog.decisions]
-        schedule = prog.sch if prog.ok else None
-        return Generated(task.hash, sentence, prog.space, decisions, lane.logprob, prog.error, schedule)
+        return generated(task.hash, prog, "" if prog.sch is None else render(prog, task, self.target), lane.logprob)
 
     def _run(self, task, sampling: tuple, rngs, batch_size: int, more, space=None, prompt=None) -> list[Generated]:
         """Programs of tries 0, 1, ... in try order (try i samples with `rngs(i)`), starting a try

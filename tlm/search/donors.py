@@ -28,7 +28,9 @@ import json
 import lzma
 import math
 import os
+import statistics
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,7 @@ from tlm.errors import TlmError
 
 DONOR_TASKS = 3  # the nearest corpus tasks a first choice takes programs from
 DONOR_RECORDS = 2  # each donor task's fastest records on the CPU nearest the target
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: record medians as ingest takes them (statistics.median)
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,6 @@ def build_index(corpus: str | os.PathLike) -> dict[str, Any]:
     [[median s, decision words], ...]}}} of the CPU shards under `corpus` (fastest first)."""
     from types import SimpleNamespace
 
-    from tlm.graph.target import resolve_target
     from tlm.graph.tasks import op_names
     from tlm.measure.shards import read_shard, shard_paths
     from tlm.space.language import prompt_tokens
@@ -93,9 +94,7 @@ def build_index(corpus: str | os.PathLike) -> dict[str, Any]:
         for r in records:
             if r.get("err") or not r.get("lat") or not r.get("s"):
                 continue
-            lat = sorted(r["lat"])
-            runs.setdefault(r["t"], {}).setdefault(key, []).append((lat[len(lat) // 2], r["s"]))
-    targets = {key: resolve_target(json.loads(key)) for key in {k for by_key in runs.values() for k in by_key}}
+            runs.setdefault(r["t"], {}).setdefault(key, []).append((statistics.median(r["lat"]), r["s"]))  # as ingest
     best: dict[str, dict[str, list]] = {}
     for h, by_key in runs.items():
         if h not in tasks:
@@ -103,7 +102,7 @@ def build_index(corpus: str | os.PathLike) -> dict[str, Any]:
         name, args = tasks[h]
         task = SimpleNamespace(name=name, kind="", args=[{"dtype": d, "shape": s} for d, s in args])
         for key, recs in by_key.items():
-            n = len(prompt_tokens(task, targets[key]))
+            n = len(prompt_tokens(task, _target(key)))
             kept, seen = [], set()
             for median, sentence in sorted(recs):
                 words = sentence.split()[n:]
@@ -162,19 +161,25 @@ def shape_distance(args: list[dict[str, Any]], other: list[list]) -> float:
     return d
 
 
+@lru_cache(maxsize=None)
+def _target(key: str):
+    """The TargetInfo of a target key (resolving one asks LLVM for its features: ~2 ms)."""
+    from tlm.graph.target import resolve_target
+
+    return resolve_target(json.loads(key))
+
+
 def _cpu_order(target, keys: list[str]) -> list[str]:
     """`keys` (targets of one task's records), nearest `target` first: the same target, then the
     same ISA and vector width in the same CPU family (znver5 for znver4), then the same ISA and
     vector width, then the others (each group in key order)."""
-    from tlm.graph.target import resolve_target
-
     def family(cpu: str) -> str:  # znver4 -> znver, icelake-server -> icelake
         return cpu.rstrip("0123456789").split("-")[0]
 
     def rank(key: str) -> tuple:
         if key == target.key:
             return (0, key)
-        other = resolve_target(json.loads(key))
+        other = _target(key)
         same_isa = (other.isa, other.vector_bits) == (target.isa, target.vector_bits)
         return (1 if same_isa and family(other.cpu) == family(target.cpu) else 2 if same_isa else 3, key)
 
@@ -293,7 +298,7 @@ def donor_samples(task, target, k_tasks: int, skip: set[str]) -> list:
     k_tasks 0. A checkout without data/corpus has none, said once per process."""
     import sys
 
-    from tlm.model.generate import Generated
+    from tlm.model.generate import generated
 
     if k_tasks <= 0 or target.kind != "llvm":
         return []
@@ -302,6 +307,5 @@ def donor_samples(task, target, k_tasks: int, skip: set[str]) -> list:
         _NO_CORPUS.append(True)
         print(f"tlm: note: no corpus at {corpus_dir()}: first choices from the model's samples only (no donors)",
               file=sys.stderr)
-    return [Generated(task.hash, sentence, prog.space, [list(d) if isinstance(d, tuple) else d for d in prog.decisions],
-                      float("nan"), None, prog.sch)
+    return [generated(task.hash, prog, sentence, float("nan"))
             for _, prog, sentence in donor_programs(task, target, index, k_tasks) if sentence not in skip]
