@@ -52,3 +52,31 @@ def test_cli_refuses_a_subsample_outside_0_1(tmp_path, capsys):
     assert main(["costmodel", "--out", str(tmp_path / "cm"), "--subsample", "0"]) == 2
     err = capsys.readouterr().err
     assert "--subsample" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_cpu_balance_weighs_each_cpu_the_same():
+    """CostModelConfig.cpu_balance: CPU a's three tasks rank feature 0 set 2x faster, CPU b's one
+    task 2x slower. Every row the same, a's 30 rows outvote b's 10; balanced, each CPU's rows
+    weigh the same in total and the two cancel. The CPU is the group's target (here a name)."""
+    x = np.array([[i % 2, 0.0, 0.0] for i in range(10)], dtype="float32")
+    fast = [1e-3 if f else 2e-3 for f, _, _ in x]
+    slow = [2e-3 if f else 1e-3 for f, _, _ in x]
+
+    def preference(balance):
+        m = CostModel(CostModelConfig(trees=20, depth=2, cpu_balance=balance))
+        m.fit([(x, fast)] * 3 + [(x, slow)], targets=["a", "a", "a", "b"])
+        score = m.predict(np.array([[1, 0, 0], [0, 0, 0]], dtype="float32"))
+        return score[0] - score[1]
+
+    assert preference(False) > 0.2
+    assert abs(preference(True)) < 1e-3
+
+
+def test_cpu_balance_needs_the_groups_cpus():
+    import pytest
+
+    from tlm.errors import TlmError
+
+    x = np.zeros((4, 3), dtype="float32")
+    with pytest.raises(TlmError, match="one target per group"):
+        CostModel(CostModelConfig(trees=2, depth=2, cpu_balance=True)).fit([(x, [1e-3, 2e-3, 3e-3, 4e-3])])

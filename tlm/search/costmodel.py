@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,11 @@ class CostModelConfig:
     # average (0: every row the same). A ranking error costs a program's time in proportion to its
     # task's: 1 weighs the tasks as a summed latency does.
     task_weight: float = 0.0
+    # Each CPU's rows weigh the same in total, whatever its share of the corpus (regression
+    # only; off: every row the same, the shipped model). The refit of 2026-12-06 added only
+    # AVX-512 records and picked worse whole models at budget 0 on Zen 3 on four of six
+    # (bench/results/costmodel-znver3-2026-12-07.md).
+    cpu_balance: bool = False
     # Stochastic gradient boosting: each tree sees this fraction of the rows (`subsample`) and of
     # the feature columns (`colsample`, XGBoost's colsample_bytree); 1.0: all (the shipped model;
     # 0.8 / 0.8 picked worse in measured pools: `costmodel_weights` in bench/README.md).
@@ -214,11 +220,14 @@ class CostModel:
         params = self._params()  # checks the objective first
         if self.config.cpu_columns and (targets is None or len(targets) != len(groups)):
             raise TlmError("a cost model with CPU columns learns from groups of known CPUs (one target per group)")
-        xs, ys, ws = [], [], []
+        if self.config.cpu_balance and (targets is None or self.config.objective != "reg"):
+            raise TlmError("cpu_balance weighs a regression's rows by CPU: it needs one target per group")
+        xs, ys, ws, cpus = [], [], [], []
         for i, (x, lat) in enumerate(groups):
             ok = ~np.isnan(x).any(axis=1)
             if ok.sum() < 2:
                 continue
+            cpus.append(str(targets[i]) if targets else "")
             xs.append(self._rows(x[ok], targets[i] if targets else None))
             ys.append(labels([v for v, good in zip(lat, ok) if good], self.config.clip))
             best = min(v for v, good in zip(lat, ok) if good and v and math.isfinite(v))
@@ -229,8 +238,13 @@ class CostModel:
         if self.config.objective == "ndcg":  # integer relevance: 0 (clip) .. 4 * clip (the best)
             y = np.round((y + self.config.clip) * 4)
         data = xgb.DMatrix(np.concatenate(xs), label=y)
-        if self.config.task_weight and self.config.objective == "reg":  # ranking objectives weigh groups
-            w = np.concatenate(ws)
+        if self.config.cpu_balance:  # each CPU's rows in total: all rows / number of CPUs
+            rows = Counter()
+            for cpu, w in zip(cpus, ws):
+                rows[cpu] += len(w)
+            ws = [w * sum(rows.values()) / (len(rows) * rows[cpu]) for cpu, w in zip(cpus, ws)]
+        if (self.config.task_weight or self.config.cpu_balance) and self.config.objective == "reg":
+            w = np.concatenate(ws)  # ranking objectives weigh groups, not rows
             data.set_weight(w * (len(w) / w.sum()))
         if self.config.objective != "reg":
             data.set_group([len(v) for v in ys])  # rows are in group order

@@ -173,7 +173,8 @@ def _cmd_costmodel(args) -> int:
     if not (0 < args.subsample <= 1 and 0 < args.colsample <= 1):
         raise TlmError("--subsample and --colsample must be in (0, 1]")
     cfg = CostModelConfig(trees=args.trees, depth=args.depth, eta=args.eta, seed=args.seed, objective=args.objective,
-                          cpu_columns=args.cpu_columns, task_weight=args.task_weight, subsample=args.subsample,
+                          cpu_columns=args.cpu_columns, task_weight=args.task_weight, cpu_balance=args.cpu_balance,
+                          subsample=args.subsample,
                           colsample=args.colsample)
     meta = train_on_corpus(args.corpus, args.out, args.work, args.kind, cfg,
                            log=lambda m: print(m, file=sys.stderr))
@@ -197,6 +198,9 @@ def register_cli(sub) -> None:
     p.add_argument("--task-weight", type=float, default=CostModelConfig.task_weight,
                    help="each task's programs weigh (its best latency)^P (default 0: all the same; 1: as a "
                         "summed latency weighs the tasks)")
+    p.add_argument("--cpu-balance", action="store_true",
+                   help="each CPU's records weigh the same in total, whatever its share of the corpus "
+                        "(CostModelConfig.cpu_balance; default: every record the same)")
     p.add_argument("--subsample", type=float, default=CostModelConfig.subsample,
                    help="fraction of the rows each tree learns from (default 1: all)")
     p.add_argument("--colsample", type=float, default=CostModelConfig.colsample,
