@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                  "round by round (tlm.eval.timing.interleaved); speedup: the median over the rounds of before / "
                  "after; `whole / alone`: the whole call over its kernels alone; the number of rounds last.")
         append_table(out.with_name(out.name + "-models"), new, "Whole models with and without donors at budget 0",
-                             intro, serial_bytes.MODEL_HEADER, serial_bytes._model_cells)
+                     intro, serial_bytes.MODEL_HEADER, serial_bytes._model_cells)
         for r in new:
             print(" | ".join(str(c) for c in serial_bytes._model_cells(r)[3:]))
         return 0

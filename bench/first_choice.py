@@ -130,13 +130,14 @@ def main(argv: list[str] | None = None) -> int:
 
     bench = Bench(work, target, MeasureConfig())
     donated: dict[str, list] = {}  # task hash -> (sentence, schedule) of its donors (--donors)
+    index = load_index() if args.donors else None  # once: each call hashes the corpus's file list
     try:
         for seed in args.seeds:
             for i, (w, task) in enumerate(picked):
                 space = task_space(task, target)
                 if args.donors and task.hash not in donated:  # the same for every seed
                     donated[task.hash] = [(sentence, prog.sch) for _, prog, sentence in
-                                          donor_programs(task, target, load_index(), args.donors)]
+                                          donor_programs(task, target, index, args.donors)]
                 picks, tops = {}, {}
                 for m in models:
                     ok, schs = [], []

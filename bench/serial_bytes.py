@@ -225,7 +225,7 @@ def main_models(specs: list[str], rounds: int, out: Path, stamp: dict) -> int:
              "speedup: the median over the rounds of before / after; `whole / alone`: the whole call over its "
              "kernels alone (issue 46 asks at most 1.1x); the number of rounds last.")
     append_table(out.with_name(out.name + "-models"), new, "Whole models with and without the output-bytes rule", intro,
-            MODEL_HEADER, _model_cells)
+                 MODEL_HEADER, _model_cells)
     for r in new:
         print(" | ".join(str(c) for c in _model_cells(r)[3:]))
     return 0

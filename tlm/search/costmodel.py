@@ -221,13 +221,13 @@ class CostModel:
         if self.config.cpu_columns and (targets is None or len(targets) != len(groups)):
             raise TlmError("a cost model with CPU columns learns from groups of known CPUs (one target per group)")
         if self.config.cpu_balance and (targets is None or self.config.objective != "reg"):
-            raise TlmError("cpu_balance weighs a regression's rows by CPU: it needs one target per group")
+            raise TlmError("cpu_balance weighs a regression's rows by CPU (objective reg, one target per group)")
         xs, ys, ws, cpus = [], [], [], []
         for i, (x, lat) in enumerate(groups):
             ok = ~np.isnan(x).any(axis=1)
             if ok.sum() < 2:
                 continue
-            cpus.append(str(targets[i]) if targets else "")
+            cpus.append(getattr(targets[i], "key", targets[i]) if targets else "")
             xs.append(self._rows(x[ok], targets[i] if targets else None))
             ys.append(labels([v for v, good in zip(lat, ok) if good], self.config.clip))
             best = min(v for v, good in zip(lat, ok) if good and v and math.isfinite(v))
