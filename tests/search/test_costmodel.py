@@ -194,8 +194,8 @@ def test_tuner_picks_and_ranks_with_the_cost_model(cm_dir, tasks, host, base_dir
     with open_db(str(tmp_path / "db")) as db:
         picker = TlmTuner(tasks, db, host, cfg, progress=False)  # its flaw checks (redone work, build cost)
         for task in tasks:
-            # the model's samples and the corpus's donors of the task (on some CPUs the corpus
-            # holds a softmax near the test's: its donors join the ranking)
+            # the model's samples and the corpus's donors of the task, ranked together as the
+            # tuner ranks them (a donor softmax outranked every sample on znver3)
             samples = drawn[task.hash]
             samples = samples + donor_samples(task, host, cfg.donors, {g.sentence for g in samples})
             schs = [parse(g.sentence, task, host).sch for g in samples]
