@@ -76,6 +76,23 @@ def task_rows(db_dir: str, cost_models: dict, target, min_programs: int) -> list
     return rows
 
 
+def merge(runs: list[dict], run: dict) -> list[dict]:
+    """`runs` with `run` last: an earlier run's rows that `run` redoes (the same date, hardware,
+    database and cost model, label and directory) leave it, and a run left with none goes."""
+    def key(r: dict, row: dict) -> tuple:
+        path = r["cost_models"].get(row["cost_model"])  # a directory, absolute or from the checkout's root
+        return r["date"], r["hardware"], row["db"], row["cost_model"], path and str((ROOT / path).resolve())
+
+    redone = {key(run, row) for row in run["rows"]}
+    out = []
+    for r in runs:
+        rows = [row for row in r["rows"] if key(r, row) not in redone]
+        if rows:
+            labels = {row["cost_model"] for row in rows}
+            out.append(dict(r, rows=rows, cost_models={k: v for k, v in r["cost_models"].items() if k in labels}))
+    return out + [run]
+
+
 def write(runs: list[dict], stem: Path) -> None:
     stem.with_suffix(".json").write_text(json.dumps(runs, indent=1))
     lines = ["# Cost models re-ranking measured programs of unseen tasks", "",
@@ -146,9 +163,7 @@ def main(argv: list[str] | None = None) -> int:
            "cost_models": paths, "rows": rows}
     stem = RESULTS / args.name
     runs = json.loads(stem.with_suffix(".json").read_text()) if stem.with_suffix(".json").exists() else []
-    key = lambda r: (r["date"], r["hardware"], sorted({x["db"] for x in r["rows"]}), r["cost_models"])  # noqa: E731
-    runs = [r for r in runs if key(r) != key(run)] + [run]
-    write(runs, stem)
+    write(merge(runs, run), stem)
     print(f"rank_check: {len(rows)} rows -> {stem}.md")
     return 0
 
