@@ -11,8 +11,8 @@ at least --min-programs correct records measured on this host's target, each cos
 measured programs; the table gives the Spearman correlation between its score and the measured
 speed, and what its top-scored program costs against the task's best (what `--budget 0` would have
 applied if those programs had been its samples). No measurement is taken: the latencies are the
-records'. Writes bench/results/NAME.{md,json}; earlier runs stay (a run is replaced only by one of
-the same date, hardware, database and cost model).
+records'. Writes bench/results/NAME.{md,json}; earlier runs stay, less the rows this run redoes (the
+same date, hardware, database and cost model: `merge`).
 """
 
 from __future__ import annotations
