@@ -284,7 +284,8 @@ def write(rows: list[dict], stem: Path, readme: Path | None = None, block: str =
               "from 2026-12-06 14:00 on): each kernel call of the library timed alone by TVM's timer on its arguments "
               "in the model (>= 5 ms each, as the tuner times a task), summed, in the same rounds; `whole / kernels "
               "alone`: the median of the rounds' ratios, then over the rounds with the CPUs near (round trip < 150 ns) "
-              "and far, with their counts (issue 46 asks at most 1.1x).", "",
+              "and far, with their counts, on AMD hosts (from 2026-12-07 07:00; an Intel Xeon's round trips spread "
+              "with no two placements to tell apart: `-`) (issue 46 asks at most 1.1x).", "",
               "| date | hardware | commit | workload | build | tlm ms | tlm 1-thread ms | PyTorch ms | torch.compile ms | "
               "ORT ms | ORT/tlm | ORT/tlm 1-thread | PyTorch/tlm | threads | load | round trip ns | matches | "
               "kernels alone ms | whole / kernels alone (CPUs near, far) |",

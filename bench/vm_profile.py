@@ -206,13 +206,14 @@ def profile(artifact: str, shapes: list[str], rounds: int) -> dict:
     }
 
 
-def _by_placement(trips: list, whole: list[float]) -> dict:
+def _by_placement(trips: list, whole: list[float], complexes: bool | None = None) -> dict:
     """The median round trip, and the whole call's median over the rounds with the CPUs near
-    (< NEAR_NS) and far apart, each with its count of rounds; {} where nothing was measured."""
+    (< NEAR_NS) and far apart, each with its count of rounds (none of either where the CPUs are not
+    on core complexes: xcore.split_by_placement); {} where nothing was measured."""
     trip = median_trip(trips)
     if trip is None:
         return {}
-    near, far = split_by_placement(trips, whole)
+    near, far = split_by_placement(trips, whole, complexes)
     return {"round_trip_ns": trip,
             "whole_near_ms": round(statistics.median(near) * 1e3, 4) if near else None, "near_rounds": len(near),
             "whole_far_ms": round(statistics.median(far) * 1e3, 4) if far else None, "far_rounds": len(far)}

@@ -104,9 +104,23 @@ def median_trip(trips: list) -> float | None:
 NEAR_NS = 150  # round trips below this: both CPUs on one core complex (~70 ns seen, ~350 across)
 
 
-def split_by_placement(trips: list, items: list) -> tuple[list, list]:
+def core_complexes(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this host's CPUs sit on AMD core complexes (each with its own L3), the hosts NEAR_NS
+    was set on. An Intel Xeon's cores share one L3 over a mesh: its round trips spread over
+    150-300 ns within an hour (2026-12-07, rocketlake) with no two placements to tell apart."""
+    try:
+        with open(cpuinfo) as f:
+            return any(line.startswith("vendor_id") and "AuthenticAMD" in line for line in f)
+    except OSError:
+        return False
+
+
+def split_by_placement(trips: list, items: list, complexes: bool | None = None) -> tuple[list, list]:
     """`items` (one per round) of the rounds whose round trip was below NEAR_NS, and of those at or
-    above it; rounds without a round trip are in neither."""
+    above it; rounds without a round trip are in neither. Both empty where the CPUs are not on core
+    complexes (`complexes`, default: this host's, `core_complexes`): the split would be noise."""
+    if not (core_complexes() if complexes is None else complexes):
+        return [], []
     near = [x for t, x in zip(trips, items) if t is not None and t < NEAR_NS]
     far = [x for t, x in zip(trips, items) if t is not None and t >= NEAR_NS]
     return near, far

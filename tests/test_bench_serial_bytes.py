@@ -9,9 +9,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import serial_bytes  # noqa: E402
+import xcore  # noqa: E402
 
 
-def test_rows_split_the_rounds_by_placement(tmp_path):
+def test_rows_split_the_rounds_by_placement(tmp_path, monkeypatch):
+    monkeypatch.setattr(xcore, "core_complexes", lambda *a: True)  # AMD rows
     result = {"threads": 2, "trips": [70.0, 340.0, 80.0],
               "cells": {"pool_trip_us": [0.6, 0.9, 0.7], "8:parallel": [0.1, 0.3, 0.2], "8:serial": [1.0, 5.0, 2.0]}}
     stamp = {"date": "2026-12-06 20:30", "hardware": "znver4 (AMD EPYC, 2 cores)", "commit": "abc1234"}
@@ -35,7 +37,8 @@ def test_the_kernels_copy_serial_and_split():
         np.testing.assert_allclose(out.numpy(), x * 1.5 + 1.0)
 
 
-def test_model_rows_give_the_speedup_and_the_ratio_near_and_far():
+def test_model_rows_give_the_speedup_and_the_ratio_near_and_far(monkeypatch):
+    monkeypatch.setattr(xcore, "core_complexes", lambda *a: True)  # AMD rows
     per = {"trip": [70.0, 340.0, 60.0], "before": [1.0, 1.5, 1.1], "after": [0.9, 1.2, 1.0],
            "before_alone": [0.9, 0.9, 0.9], "after_alone": [0.85, 0.85, 0.85]}
     stamp = {"date": "2026-12-06 20:30", "hardware": "znver4 (AMD EPYC, 2 cores)", "commit": "abc1234"}
@@ -45,3 +48,4 @@ def test_model_rows_give_the_speedup_and_the_ratio_near_and_far():
     assert row["speedup_far"] == 1.25 and row["before_far_ratio"] == round(1.5 / 0.9, 3)
     assert row["after_near_ms"] == 0.95
     assert "(1.250x; whole / alone 1.67 / 1.41, 1)" in " | ".join(serial_bytes._model_cells(row))
+

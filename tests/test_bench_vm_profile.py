@@ -30,10 +30,23 @@ def test_rows_before_and_after_the_steady_whole(tmp_path):
 def test_by_placement_splits_rounds_at_the_threshold():
     from vm_profile import NEAR_NS, _by_placement
 
-    got = _by_placement([70.0, None, NEAR_NS + 200.0, 72.0], [0.001, 0.005, 0.002, 0.003])
+    got = _by_placement([70.0, None, NEAR_NS + 200.0, 72.0], [0.001, 0.005, 0.002, 0.003], complexes=True)
     assert got["near_rounds"] == 2 and got["far_rounds"] == 1  # the unmeasured round counts in neither
     assert got["whole_near_ms"] == 2.0 and got["whole_far_ms"] == 2.0
-    assert _by_placement([None, None], [0.001, 0.002]) == {}
+    assert _by_placement([None, None], [0.001, 0.002], complexes=True) == {}
+
+
+def test_no_near_or_far_without_core_complexes(tmp_path):
+    from xcore import core_complexes
+    from vm_profile import NEAR_NS, _by_placement
+
+    got = _by_placement([70.0, NEAR_NS + 200.0], [0.001, 0.002], complexes=False)
+    assert got["round_trip_ns"] and got["near_rounds"] == got["far_rounds"] == 0  # the trip is still reported
+    assert got["whole_near_ms"] is None and got["whole_far_ms"] is None
+    for vendor, want in (("AuthenticAMD", True), ("GenuineIntel", False)):
+        (tmp_path / vendor).write_text(f"processor\t: 0\nvendor_id\t: {vendor}\n")
+        assert core_complexes(str(tmp_path / vendor)) is want
+    assert core_complexes(str(tmp_path / "missing")) is False
 
 
 def test_a_library_profiled_again_keeps_both_rows_and_one_kernel_table(tmp_path):

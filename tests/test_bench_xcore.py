@@ -28,7 +28,8 @@ def test_no_compiler_is_none_and_said(monkeypatch, capsys):
     assert "not recorded" in capsys.readouterr().err
 
 
-def test_summary_splits_contenders_by_placement():
+def test_summary_splits_contenders_by_placement(monkeypatch):
+    monkeypatch.setattr(xcore, "core_complexes", lambda *a: True)  # AMD rows
     rows = [(70.0, 0.7, 1.0, 1.6), (80.0, 0.72, 1.1, 1.7), (390.0, 1.0, 1.45, 2.1), (None, 9.0, 9.0, 9.0)]
     lines = xcore.summary(rows)
     assert lines[2].startswith("| near") and "| 2 | 75 | 0.710 | 1.050 | 1.650 |" in lines[2]
@@ -44,3 +45,4 @@ def test_median_trip_skips_unmeasured_rounds():
 def test_read_rates_are_one_rate_per_size():
     rates = xcore.read_rates(sizes=(0.25, 1), rounds=1)
     assert [mb for mb, _ in rates] == [0.25, 1] and all(r > 0 for _, r in rates)
+
