@@ -100,6 +100,11 @@ def kernels_alone(lib, args) -> Callable[[], float]:
     vm = relax.VirtualMachine(lib, tvm.cpu())
     vm.set_instrument(instrument)
     vm["main"](*args)
+    if not calls:  # a VM built with exec_mode="compiled" calls its kernels without the instrument
+        from tlm.errors import TlmError
+
+        raise TlmError("the library's VM reports no kernel calls to its instrument (built with "
+                       "exec_mode=\"compiled\"?): its kernels cannot be timed alone")
     kernels = lib.imports[0]  # the compiled kernels, for TVM's timer
     timers = {sym: kernels.time_evaluator(sym, tvm.cpu(), number=1, repeat=1, min_repeat_ms=5) for sym, _ in calls}
 
@@ -282,7 +287,15 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.exists(args.artifact):
         print(f"vm_profile: no such library: {args.artifact}", file=sys.stderr)
         return 2
-    row = profile(args.artifact, args.shapes, args.rounds)
+    from tlm.errors import TlmError
+
+    try:
+        row = profile(args.artifact, args.shapes, args.rounds)
+    except (TlmError, RuntimeError, ValueError) as err:  # a wrong shape (TVM's MatchShape), a compiled VM
+        lines = str(err).strip().splitlines() or [type(err).__name__]
+        print(f"vm_profile: {args.artifact}: {lines[-1] if 'Check failed' in str(err) else lines[0]}"[:400],
+              file=sys.stderr)
+        return 2
     row.update(name=args.name or os.path.basename(args.artifact), hardware=host_label(),
                date=time.strftime("%Y-%m-%d %H:%M"), load=round(os.getloadavg()[0], 2))
     out = Path(args.out)

@@ -88,3 +88,36 @@ def test_kernels_alone_times_every_kernel_call_of_a_real_library(tmp_path):
     assert len(timer.kernels) == 4 and timer.kernels[0] == timer.kernels[-1]  # matmul, add, relu, matmul (unfused)
     assert not any(k.startswith("vm.") for k in timer.kernels)
     assert 0 < timer() < 1000 and 0 < timer() < 1000
+
+
+def test_kernels_alone_and_vm_profile_say_what_they_cannot_time(tmp_path, capsys):
+    """A VM built with exec_mode="compiled" calls its kernels without the instrument: one clear
+    error, not a sum of zero (a division by it crashed serial_bytes); vm_profile given a shape the
+    library does not take exits 2 with one line."""
+    import numpy as np
+    import pytest
+
+    tvm = pytest.importorskip("tvm")
+    from tvm import relax
+    from tvm.script import ir as I, relax as R
+
+    import vm_profile
+    from tlm.errors import TlmError
+
+    @I.ir_module
+    class Tiny:
+        @R.function
+        def main(x: R.Tensor((8, 8), "float32")):
+            with R.dataflow():
+                out = R.nn.relu(x)
+                R.output(out)
+            return out
+
+    path = tmp_path / "compiled.so"
+    relax.build(Tiny, target="llvm", exec_mode="compiled").export_library(str(path))
+    lib = tvm.runtime.load_module(str(path))
+    with pytest.raises(TlmError, match="no kernel calls"):
+        ort_gap.kernels_alone(lib, [tvm.runtime.tensor(np.ones((8, 8), "float32"))])
+    assert vm_profile.main([str(path), "4,4", "--rounds", "1", "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("vm_profile: ") and not (tmp_path / "p.json").exists()
