@@ -35,6 +35,9 @@ def test_summary_splits_contenders_by_placement(monkeypatch):
     assert lines[2].startswith("| near") and "| 2 | 75 | 0.710 | 1.050 | 1.650 |" in lines[2]
     assert lines[3].startswith("| far") and "| 1 | 390 | 1.000 | 1.450 | 2.100 |" in lines[3]
     assert len(lines) == 4  # a round without a round trip is in neither
+    monkeypatch.setattr(xcore, "core_complexes", lambda *a: False)  # an Intel Xeon: one row of every measured round
+    lines = xcore.summary(rows)
+    assert len(lines) == 3 and lines[2].startswith("| all") and "| 3 | 80 | 0.720 | 1.100 | 1.700 |" in lines[2]
 
 
 def test_median_trip_skips_unmeasured_rounds():
