@@ -129,3 +129,26 @@ def test_lstm_and_gru_cells_from_pytorch_have_no_split_kernel():
         assert "R.split" not in import_torch(model, (x,)).mod.script()
         with torch.no_grad():
             _imports_and_matches(model, x, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.tvm
+def test_max_and_min_over_a_dim_are_reductions_with_first_indices():
+    """x.max(dim) was a top-k of 1 (a sort-like kernel: PointNet's slowest) and x.min(dim) had no
+    converter: both are now a reduction and an arg-reduction; values and indices as PyTorch's, the
+    first index among equal values."""
+    import torch
+
+    from tlm.graph.importer import import_torch
+
+    class MaxMin(torch.nn.Module):
+        def forward(self, x):  # x: (2, 24, 24)
+            v, i = x.max(dim=2)
+            w, j = torch.min(x, 1, keepdim=True)
+            u, k = x.round().max(dim=-1)  # ties: the first index wins, as in PyTorch
+            return v + w.sum(1) + u + (i + k).float() + j.float().sum(1)
+
+    model = MaxMin().eval()
+    x = torch.randn(2, 24, 24, generator=torch.Generator().manual_seed(0)) * 2
+    _imports_and_matches(model, x, rtol=1e-6, atol=1e-5)
+    text = import_torch(model, (x,)).mod.script()
+    assert "topk" not in text and "R.argmin" in text and "R.argmax" in text
