@@ -3,7 +3,7 @@ from_exported_program as its `custom_convert_map`): `torch.amax`/`amin` (Relax's
 same axes), `torch.exp2`, `torch.hypot`, `clamp` of an integer tensor with one bound, ELU's scales
 (`F.selu` was silently wrong), `F.grid_sample`'s grid layout (the output came out in the wrong
 shape), an integer `//` by a Python int, and `cumsum`/`cumprod` of bool or narrow integers
-(PyTorch's output is int64; TVM's was the input's dtype: a bool scan failed to build), ,
+(PyTorch's output is int64; TVM's was the input's dtype: a bool scan failed to build),
 `arange` with a negative step (sized wrongly), `index_put` / `index_add_` of whole rows
 (refused), `max.dim` / `min.dim` (a top-k; none), and a `split` / `chunk` whose pieces only feed pointwise ops (an LSTM or GRU cell's
 gates after PyTorch's decomposition, a GLU): TVM's split is a kernel of its own that writes every
@@ -48,9 +48,12 @@ def _max_min_dim(kind: str):
         from tvm import relax
 
         x = importer.env[node.args[0]]
+        ndim = len(importer.shape_of(x))
+        if ndim == 0:  # a 0-d tensor (dim 0 or -1): itself, at index 0 (TVM's top-k refused it)
+            return importer.block_builder.emit(relax.Tuple([x, relax.const(0, "int64")]))
         dim = node.args[1] if len(node.args) > 1 else node.kwargs["dim"]
         keepdim = bool(node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False))
-        dim = int(dim) % len(importer.shape_of(x))
+        dim = int(dim) % max(ndim, 1)
         bb = importer.block_builder
         values = bb.emit(getattr(relax.op, kind)(x, [dim], keepdim))
         indices = bb.emit(getattr(relax.op, "arg" + kind)(x, dim, keepdim))
