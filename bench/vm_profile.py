@@ -287,14 +287,12 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.exists(args.artifact):
         print(f"vm_profile: no such library: {args.artifact}", file=sys.stderr)
         return 2
-    from tlm.errors import TlmError
+    from tlm.errors import TlmError, first_line
 
     try:
         row = profile(args.artifact, args.shapes, args.rounds)
     except (TlmError, RuntimeError, ValueError) as err:  # a wrong shape (TVM's MatchShape), a compiled VM
-        lines = str(err).strip().splitlines() or [type(err).__name__]
-        print(f"vm_profile: {args.artifact}: {lines[-1] if 'Check failed' in str(err) else lines[0]}"[:400],
-              file=sys.stderr)
+        print(f"vm_profile: {args.artifact}: {first_line(err, last=not isinstance(err, TlmError))}", file=sys.stderr)
         return 2
     row.update(name=args.name or os.path.basename(args.artifact), hardware=host_label(),
                date=time.strftime("%Y-%m-%d %H:%M"), load=round(os.getloadavg()[0], 2))

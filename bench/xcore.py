@@ -16,6 +16,7 @@ where there is no compiler or fewer than two CPUs, said on stderr once.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import os
 import shutil
@@ -104,6 +105,7 @@ def median_trip(trips: list) -> float | None:
 NEAR_NS = 150  # round trips below this: both CPUs on one core complex (~70 ns seen, ~350 across)
 
 
+@functools.lru_cache(maxsize=None)  # read once per process: every split of every table asks
 def core_complexes(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """Whether this host's CPUs sit on AMD core complexes (each with its own L3), the hosts NEAR_NS
     was set on. An Intel Xeon's cores share one L3 over a mesh: its round trips spread over
@@ -203,9 +205,10 @@ def summary(rows: list[tuple]) -> list[str]:
     """Markdown lines: each contender's median over the rounds with the CPUs near and far apart."""
     lines = ["| CPUs | rounds | median round trip ns | tlm ms | ONNX Runtime ms | PyTorch eager ms |",
              "|---|---|---|---|---|---|"]
-    near, far = split_by_placement([r[0] for r in rows], rows)
-    groups = [(f"near (round trip < {NEAR_NS:.0f} ns)", near), (f"far (round trip >= {NEAR_NS:.0f} ns)", far)]
-    if not near and not far:  # no core complexes (an Intel Xeon): every measured round together
+    if core_complexes():
+        near, far = split_by_placement([r[0] for r in rows], rows, complexes=True)
+        groups = [(f"near (round trip < {NEAR_NS:.0f} ns)", near), (f"far (round trip >= {NEAR_NS:.0f} ns)", far)]
+    else:  # an Intel Xeon: every measured round together
         groups = [("all (no core complexes)", [r for r in rows if r[0] is not None])]
     for label, sel in groups:
         if sel:

@@ -48,4 +48,3 @@ def test_model_rows_give_the_speedup_and_the_ratio_near_and_far(monkeypatch):
     assert row["speedup_far"] == 1.25 and row["before_far_ratio"] == round(1.5 / 0.9, 3)
     assert row["after_near_ms"] == 0.95
     assert "(1.250x; whole / alone 1.67 / 1.41, 1)" in " | ".join(serial_bytes._model_cells(row))
-

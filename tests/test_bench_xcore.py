@@ -48,4 +48,3 @@ def test_median_trip_skips_unmeasured_rounds():
 def test_read_rates_are_one_rate_per_size():
     rates = xcore.read_rates(sizes=(0.25, 1), rounds=1)
     assert [mb for mb, _ in rates] == [0.25, 1] and all(r > 0 for _, r in rates)
-

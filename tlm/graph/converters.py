@@ -47,14 +47,13 @@ def _max_min_dim(kind: str):
     def convert(node, importer):
         from tvm import relax
 
+        bb = importer.block_builder
         x = importer.env[node.args[0]]
         ndim = len(importer.shape_of(x))
         if ndim == 0:  # a 0-d tensor (dim 0 or -1): itself, at index 0 (TVM's top-k refused it)
-            return importer.block_builder.emit(relax.Tuple([x, relax.const(0, "int64")]))
-        dim = node.args[1] if len(node.args) > 1 else node.kwargs["dim"]
+            return bb.emit(relax.Tuple([x, relax.const(0, "int64")]))
+        dim = int(node.args[1] if len(node.args) > 1 else node.kwargs["dim"]) % ndim
         keepdim = bool(node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False))
-        dim = int(dim) % max(ndim, 1)
-        bb = importer.block_builder
         values = bb.emit(getattr(relax.op, kind)(x, [dim], keepdim))
         indices = bb.emit(getattr(relax.op, "arg" + kind)(x, dim, keepdim))
         return bb.emit(relax.Tuple([values, indices]))
