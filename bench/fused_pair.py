@@ -1,7 +1,7 @@
 """An inverted residual's expand 1x1 conv and 3x3 depthwise conv, as two stages or one fused loop
 nest (issue 46; bench/results/ort-gap-where-znver4-2026-12-07.md).
 
-    python bench/fused_pair.py [--pairs 112,16,96,2 56,24,144,1 ...]
+    python bench/fused_pair.py [--pairs 112,16,96,2 56,24,144,1 ...] [--out bench/results/fused_pair]
 
 Each PAIR is `side,in_channels,expanded_channels,stride` (NHWC, batch 1; ReLU6 and a bias after
 each conv, as in mobilenet_v2). Two stages: the expanded tensor is written whole, then read by the
@@ -17,8 +17,12 @@ each call).
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
 
 FLUSH_BYTES = 64 << 20
 
@@ -116,24 +120,61 @@ def run_pair(side: int, cin: int, cexp: int, stride: int, fused: bool, tile: int
     return err, warm, cold
 
 
+HEADER = ("date | hardware | commit | threads | round trip ns, before / after | pair (side, in, expanded, stride) "
+          "| form | row tile | warm ms | cold ms | cold / warm | max abs err")
+
+
+def _cells(r: dict) -> list:
+    return [r["date"], r["hardware"], r["commit"], r["threads"], r["trips"], r["pair"], r["form"], r["tile"],
+            f"{r['warm_ms']:.4f}", f"{r['cold_ms']:.4f}", f"{r['cold_ms'] / r['warm_ms']:.2f}", f"{r['max_abs_err']:.1e}"]
+
+
 def main(argv: list[str] | None = None) -> int:
+    import os
+    import subprocess
+    import time
+
+    from xcore import append_table, round_trip_ns  # bench/ is on the path when a bench script runs
+
     from tlm.graph.target import resolve_target
+    from tlm.measure.shards import host_label
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pairs", nargs="+", default=["112,16,96,2", "56,24,144,1", "28,32,192,1", "14,64,384,1",
                                                     "14,96,576,1"])
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "fused_pair"))
     args = ap.parse_args(argv)
+    try:
+        pairs = [tuple(int(v) for v in pair.split(",")) for pair in args.pairs]
+        if any(len(p) != 4 or min(p) < 1 or p[0] % p[3] for p in pairs):
+            raise ValueError
+    except ValueError:
+        print(f"error: --pairs takes side,in,expanded,stride with the side a multiple of the stride, not {args.pairs}",
+              file=sys.stderr)
+        return 2
     target = resolve_target(None).tvm()
-    print("| pair (side, in, expanded, stride) | form | row tile | warm ms | cold ms | cold / warm | max abs err |")
-    print("|---|---|---|---|---|---|---|")
-    for pair in args.pairs:
-        side, cin, cexp, stride = (int(v) for v in pair.split(","))
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    stamp = {"date": time.strftime("%Y-%m-%d %H:%M"), "hardware": host_label(), "commit": commit or "unknown",
+             "threads": os.environ.get("TVM_NUM_THREADS", "all")}
+    before = round_trip_ns()
+    rows = []
+    for side, cin, cexp, stride in pairs:
         out = side // stride
         forms = [(False, 1)] + [(True, t) for t in (1, 2, 4, 7, 8, 14) if out % t == 0 and out // t >= 2]
         for fused, tile in forms:
             err, warm, cold = run_pair(side, cin, cexp, stride, fused, tile, target)
-            print(f"| {pair} | {'fused' if fused else 'two stages'} | {tile if fused else '-'} | {warm:.4f} | "
-                  f"{cold:.4f} | {cold / warm:.2f} | {err:.1e} |", flush=True)
+            rows.append(dict(stamp, pair=f"{side},{cin},{cexp},{stride}", form="fused" if fused else "two stages",
+                             tile=tile if fused else "-", warm_ms=warm, cold_ms=cold, max_abs_err=err))
+            print(" | ".join(str(c) for c in _cells(dict(rows[-1], trips="-"))[5:]), flush=True)
+    after = round_trip_ns()
+    trips = " / ".join("-" if t is None else f"{t:.0f}" for t in (before, after))
+    intro = ("Command: `python bench/fused_pair.py` (see its docstring; `TVM_NUM_THREADS=1` for one thread). "
+             "mobilenet_v2's expand 1x1 conv and 3x3 depthwise conv as two stages or fused per output-row tile, the "
+             "same hand schedule for both; medians of TVM's timer, warm (back to back) and cold (64 MiB flushed before "
+             "each call); every output checked against numpy. The round trip between the two CPUs before and after "
+             "the run (`bench/xcore.py`: near 55-140 ns, far 600-670 on AMD).")
+    append_table(Path(args.out), [dict(r, trips=trips) for r in rows], "An inverted residual's expand and depthwise "
+                 "convs, two stages or fused", intro, HEADER, _cells)
     return 0
 
 

@@ -19,3 +19,12 @@ def test_two_stages_and_fused_match_numpy(stride):
         err, warm, cold = fused_pair.run_pair(8, 4, 16, stride, fused, tile, target, time=False)
         assert err < 1e-4, (fused, tile, err)
         assert warm is None and cold is None
+
+
+def test_a_bad_pair_is_one_line_and_exit_2(capsys, tmp_path):
+    import fused_pair
+
+    assert fused_pair.main(["--pairs", "7,4,16,2", "--out", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --pairs") and err.count("\n") == 1
+    assert not (tmp_path / "t.md").exists()
