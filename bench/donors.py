@@ -23,10 +23,9 @@ import math
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from xcore import append_table  # bench/ is on the path when a bench script runs
+from xcore import append_table, run_stamp  # bench/ is on the path when a bench script runs
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -102,14 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "donors"))
     args = p.parse_args(argv)
-    import subprocess
-
     from tlm.errors import TlmError
-    from tlm.measure.shards import host_label
 
     out = Path(args.out)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    stamp = {"date": time.strftime("%Y-%m-%d %H:%M"), "hardware": host_label(), "commit": commit or "unknown"}
+    stamp = run_stamp()
     if args.models:
         import serial_bytes
 

@@ -131,13 +131,10 @@ def _cells(r: dict) -> list:
 
 def main(argv: list[str] | None = None) -> int:
     import os
-    import subprocess
-    import time
 
-    from xcore import append_table, round_trip_ns  # bench/ is on the path when a bench script runs
+    from xcore import append_table, round_trip_ns, run_stamp  # bench/ is on the path when a bench script runs
 
     from tlm.graph.target import resolve_target
-    from tlm.measure.shards import host_label
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pairs", nargs="+", default=["112,16,96,2", "56,24,144,1", "28,32,192,1", "14,64,384,1",
@@ -153,9 +150,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     target = resolve_target(None).tvm()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    stamp = {"date": time.strftime("%Y-%m-%d %H:%M"), "hardware": host_label(), "commit": commit or "unknown",
-             "threads": os.environ.get("TVM_NUM_THREADS", "all")}
+    stamp = dict(run_stamp(), threads=os.environ.get("TVM_NUM_THREADS", "all"))
     before = round_trip_ns()
     rows = []
     for side, cin, cexp, stride in pairs:

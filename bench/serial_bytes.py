@@ -26,12 +26,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-from xcore import append_table, median_trip, round_trip_ns, split_by_placement, write_table  # bench/ is on the path when a bench script runs
+from xcore import append_table, median_trip, round_trip_ns, run_stamp, split_by_placement, write_table  # bench/ is on the path when a bench script runs
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -243,10 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         print(f"error: --rows takes comma-separated integers, not {args.rows!r}", file=sys.stderr)
         return 2
-    from tlm.measure.shards import host_label
-
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    stamp = {"date": time.strftime("%Y-%m-%d %H:%M"), "hardware": host_label(), "commit": commit or "unknown"}
+    stamp = run_stamp()
     out = Path(args.out)
     if args.models:
         from tlm.errors import TlmError

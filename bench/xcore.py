@@ -139,6 +139,18 @@ def write_table(out: Path, title: str, intro: str, header: str, cells, rows: lis
     out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
 
 
+def run_stamp() -> dict:
+    """{"date", "hardware", "commit"} of a run now on this host (the commit "unknown" outside git): what
+    the A/B benches write beside each row."""
+    import time
+
+    from tlm.measure.shards import host_label
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent,
+                            capture_output=True, text=True).stdout.strip()
+    return {"date": time.strftime("%Y-%m-%d %H:%M"), "hardware": host_label(), "commit": commit or "unknown"}
+
+
 def append_table(stem: Path, new: list[dict], title: str, intro: str, header: str, cells) -> None:
     """STEM.json's rows with `new` after them, and STEM.md from them all (`write_table`)."""
     import json
