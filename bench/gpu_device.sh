@@ -13,9 +13,10 @@
 # to $OUT/plans.jsonl (its plan-result.json, "plan": NAME, the folder's name). A plan is at most
 # 48 MiB: weights are regenerated there. Order: TRAIN, PLANS, PyTorch, then the bundles; with
 # BUDGET=S (seconds for the whole script) each bundle runs for what is left, 45 s kept for the end.
-# ASSEMBLE="NAME=PLAN:BUNDLE:PROPOSER[:FIRST] ..." runs, after the bundles, whole-model plans put together
+# ASSEMBLE="NAME=PLAN:BUNDLE:PROPOSER[:FIRST|:FILE] ..." runs, after the bundles, whole-model plans put together
 # here from what the call just measured (python3 -m tlm.measure.plan_assemble): PLAN's functions with
-# PROPOSER's fastest correct program of its first FIRST in BUNDLE (e.g. a dlight plan and a held-out
+# PROPOSER's fastest correct program of its first FIRST in BUNDLE, or of those the candidates FILE names
+# (--only: the cost model's top 10 of TLM's samples, `tlm gpu-heldout candidates --cm-top 10`; e.g. a dlight plan and a held-out
 # bundle: TLM@10g and MetaSchedule@64g of a model in one call); each is a line of plans.jsonl named NAME
 # (WORKLOAD-SCHEDULES, as bench/gpu_plans.py reads it). With BUDGET, PLAN_SECONDS + 30 s per plan are kept for them.
 # RESUME="RUN_DIR ..." (runs of the same bundles on an earlier machine, e.g. results/gpu/run-...):
@@ -86,7 +87,8 @@ mkdir -p "$OUT"
   for a in ${ASSEMBLE:-}; do
     name=${a%%=*}; IFS=: read -r plan b proposer first <<< "${a#*=}"
     python3 -m tlm.measure.plan_assemble "$plan" "$b" "/tmp/tlm-run/$(basename "$b")/results.jsonl" \
-      --proposer "$proposer" ${first:+--first $first} --out "/tmp/tlm-asm/$name" && run_plan "/tmp/tlm-asm/$name" "$name"
+      --proposer "$proposer" ${first:+$([[ $first =~ ^[0-9]+$ ]] && echo --first || echo --only) $first} \
+      --out "/tmp/tlm-asm/$name" && run_plan "/tmp/tlm-asm/$name" "$name"
   done
   date -u
 } 2>&1 | tee "$OUT/log.txt"

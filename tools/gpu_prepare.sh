@@ -8,6 +8,8 @@
 # 1. whole-model plans (PLANS_DIR) of bert_base and gpt2 with TLM@10g's and MetaSchedule@64g's
 #    programs as that run measured them (the shipped GPU TLM's first 10 samples a task, MetaSchedule's
 #    first round of 64; `tlm gpu ingest --proposer P [--first 10] --card h200`), built for the H200;
+#    and TLM@10g as the tuner measures with its cost model (`-tlmcm`: the cost model's top 10 of the
+#    32 samples, `tlm gpu-heldout candidates --cm-top 10`, then `tlm gpu ingest --only`);
 # 2. TLM@0 plans of the four workloads with the shipped models (the GPU cost model refit on that
 #    run's records), and dlight plans of resnet_50 and mobilenet_v2 again: the zoo's BatchNorm
 #    statistics are calibrated since, and the plans carry the CPU output they are checked against;
@@ -21,7 +23,8 @@
 #    TLM@10g and MetaSchedule@64g of mobilenet_v2 and resnet_50 (issue 49's end-to-end target names all
 #    four workloads; only bert_base and gpt2 have them). `tlm gpu-heldout propose` made the shipped GPU
 #    TLM's 32 samples and MetaSchedule's first round of 64 of each of their 62 held-out tasks ($CNN/heldout-cnn,
-#    ~1 h here); per workload, a bundle of TLM's first 10 and MetaSchedule's 64 per task
+#    ~1 h here); per workload, a bundle of TLM's first 10, the cost model's top 10 of its 32 (--cm-top 10;
+#    $CNN/W-cm10.jsonl names them) and MetaSchedule's 64 per task
 #    ($CNN/bundle-heldout-W, `tlm gpu-heldout candidates`: mobilenet_v2 34 tasks, resnet_50 29) and a dlight
 #    plan whose functions name their tasks ($CNN/plans/W-dlight): the GPU machine measures the bundle, then
 #    puts each contender's picks into that plan and runs both (ASSEMBLE=, tlm.measure.plan_assemble).
@@ -49,8 +52,16 @@ if [ "${1:-}" != "--print" ]; then
   fi
   $TLM gpu ingest $HELDOUT_ALL $RUN_A --db "$DBS/db-tlm" --proposer tlm --first 10 --card h200
   $TLM gpu ingest $HELDOUT_ALL $RUN_A --db "$DBS/db-metaschedule" --proposer metaschedule --card h200
+  if [ ! -f "$DBS/tlm-cm10.jsonl" ]; then  # the committed proposals, their config and calls
+    mkdir -p "$DBS/heldout-tlm" && tar -C "$DBS/heldout-tlm" -xJf "$HELDOUT_ALL/proposals.tar.xz"
+    cp "$HELDOUT_ALL/propose-config.json" "$DBS/heldout-tlm/config.json"
+    cp "$HELDOUT_ALL/tasks.json" "$DBS/heldout-tlm/"
+    $TLM gpu-heldout candidates "$DBS/heldout-tlm" --tlm 0:0 --metaschedule 0:0 --cm-top 10 \
+      --cost-model pretrained/costmodel-cuda-sm90 --out "$DBS/tlm-cm10.jsonl"
+  fi
+  $TLM gpu ingest $HELDOUT_ALL $RUN_A --db "$DBS/db-tlmcm" --proposer tlm --only "$DBS/tlm-cm10.jsonl" --card h200
   for w in bert_base-b1-s128 gpt2-b1-s128; do
-    for p in tlm metaschedule; do
+    for p in tlm tlmcm metaschedule; do
       [ -f "$PLANS_DIR/$w-$p/plan.json" ] || $TLM gpu plan $w --target h200 --db "$DBS/db-$p" --out "$PLANS_DIR/$w-$p"
     done
   done
@@ -76,11 +87,15 @@ if [ "${1:-}" != "--print" ]; then
     [ -f "$CNN/plans/$w-dlight/plan.json" ] || $TLM gpu plan $w --target h100 --out "$CNN/plans/$w-dlight"
     b="$CNN/bundle-heldout-${w%%-*}"
     if [ ! -f "$b/manifest.json.gz" ]; then
-      $TLM gpu-heldout candidates "$CNN/heldout-cnn" --workloads $w --tlm 0:10 --metaschedule 0:64 --out "$CNN/$w-e2e.jsonl"
+      $TLM gpu-heldout candidates "$CNN/heldout-cnn" --workloads $w --tlm 0:0 --metaschedule 0:0 --cm-top 10 \
+        --cost-model pretrained/costmodel-cuda-sm90 --out "$CNN/$w-cm10.jsonl"
+      $TLM gpu-heldout candidates "$CNN/heldout-cnn" --workloads $w --tlm 0:10 --metaschedule 0:64 --cm-top 10 \
+        --cost-model pretrained/costmodel-cuda-sm90 --out "$CNN/$w-e2e.jsonl"
       $TLM gpu bundle --target h100 --jobs 2 --sources $w --hold-out none --candidates "$CNN/$w-e2e.jsonl" --out "$b"
     fi
     if [ ! -f "$b-rest/manifest.json.gz" ]; then  # TLM's samples 10-32: TLM@32 and the cost model's pick of 32
-      $TLM gpu-heldout candidates "$CNN/heldout-cnn" --workloads $w --tlm 10:32 --metaschedule 0:0 --out "$CNN/$w-rest.jsonl"
+      $TLM gpu-heldout candidates "$CNN/heldout-cnn" --workloads $w --tlm 10:32 --metaschedule 0:0 \
+        --except "$CNN/$w-e2e.jsonl" --out "$CNN/$w-rest.jsonl"
       $TLM gpu bundle --target h100 --jobs 2 --sources $w --hold-out none --candidates "$CNN/$w-rest.jsonl" --out "$b-rest"
     fi
   done
@@ -101,8 +116,8 @@ The second call (4.), one workload a call (~8 minutes each; mobilenet_v2 first);
 EOT
 for w in $CNN_WORKLOADS; do
   b="$CNN/bundle-heldout-${w%%-*}"
-  echo "  run: command='ASSEMBLE=\"$w-tlm=$CNN/plans/$w-dlight:$b:tlm:10 $w-metaschedule=$CNN/plans/$w-dlight:$b:metaschedule:64\" PLAN_SECONDS=60 PYTORCH=0 BUDGET=560 bash bench/gpu_device.sh $b:330 $b-rest:90'"
-  echo "       carry=[\"$b\", \"$b-rest\", \"$CNN/plans/$w-dlight\"] timeout_s=600   (the tree dropped as above)"
+  echo "  run: command='ASSEMBLE=\"$w-tlm=$CNN/plans/$w-dlight:$b:tlm:10 $w-tlmcm=$CNN/plans/$w-dlight:$b:tlm:$CNN/$w-cm10.jsonl $w-metaschedule=$CNN/plans/$w-dlight:$b:metaschedule:64\" PLAN_SECONDS=60 PYTORCH=0 BUDGET=560 bash bench/gpu_device.sh $b:300 $b-rest:90'"
+  echo "       carry=[\"$b\", \"$b-rest\", \"$CNN/plans/$w-dlight\", \"$CNN/$w-cm10.jsonl\"] timeout_s=600   (the tree dropped as above)"
 done
 cat <<EOT
   (mobilenet_v2: 2,381 + 578 programs, resnet_50: 2,010 + 588; ~8.7 a second on run-2026-12-04-h200-a's card;

@@ -339,6 +339,13 @@ def test_a_plan_put_together_from_a_bundle_runs_the_programs_a_database_plan_wou
     assert assemble(out, bundle, results, "random", tmp_path / "first1", first=1)["replaced"][
         "fused_matmul_add_relu"]["candidate"] == ids[0]
     assert assemble(out, bundle, results, "tlm", tmp_path / "none")["replaced"] == {}
+    only = tmp_path / "only.jsonl"  # a candidates file naming one program (the cost model's top 1, say)
+    only.write_text(json.dumps({"task": entry["hash"], "proposer": "random",
+                                "sentence": entry["candidates"][ids[0]]["sentence"]}) + "\n")
+    got = assemble(out, bundle, results, "random", tmp_path / "only", only=only)
+    assert got["replaced"]["fused_matmul_add_relu"]["candidate"] == ids[0] and got["only"] == "only.jsonl"
+    assert assemble_main([str(out), str(bundle), str(results), "--proposer", "random", "--only", str(only),
+                          "--out", str(tmp_path / "only2")]) == 0
 
     # the same program as a database record, planned here: the same kernels, launches and code
     cand = entry["candidates"][ids[1]]

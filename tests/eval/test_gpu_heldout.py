@@ -124,3 +124,75 @@ def test_a_part_of_the_proposals_as_bundle_candidates(tmp_path, capsys):
     assert got == [f"{t} tlm {i}" for t in ("t1", "t2") for i in (2, 3, 4)]
     assert main(["gpu-heldout", "candidates", str(tmp_path), "--workloads", "c", "--out", str(tmp_path / "c")]) != 0
     assert "proposed no task of ['c']" in capsys.readouterr().err
+
+
+def test_the_cost_models_top_k_as_candidates_and_their_parts(tmp_path, capsys):
+    """`--cm-top N` adds the proposals a cost model ranks in its first N to the slice (in proposal
+    order); `--except FILE` leaves out another part's; the GPU side reads the file with --only."""
+    from tlm.cli import main
+    from tlm.eval.gpu_heldout import write_candidates
+    from tlm.measure.cuda_measure import named_programs
+
+    (tmp_path / "proposals").mkdir()
+    (tmp_path / "tasks.json").write_text(json.dumps({"calls": {"a": {"t1": 1.0}}}))
+    for proposer, n in (("tlm", 6), ("metaschedule", 2)):
+        (tmp_path / "proposals" / f"t1-{proposer}.json").write_text(json.dumps(
+            {"task": "t1", "proposer": proposer, "sentences": [f"t1 {proposer} {i}" for i in range(n)], "error": None}))
+    ranked = {"t1": [4, 1, 5, 0, 2, 3]}  # the cost model's order of the six TLM proposals
+    top = write_candidates(tmp_path, tmp_path / "top.jsonl", None, {"tlm": (0, 0), "metaschedule": (0, 0)}, ranked, 2)
+    assert [json.loads(x)["sentence"] for x in top.read_text().splitlines()] == ["t1 tlm 1", "t1 tlm 4"]
+    main_part = write_candidates(tmp_path, tmp_path / "main.jsonl", None, {"tlm": (0, 2)}, ranked, 3)
+    got = [json.loads(x)["sentence"] for x in main_part.read_text().splitlines()]
+    assert got == ["t1 metaschedule 0", "t1 metaschedule 1", "t1 tlm 0", "t1 tlm 1", "t1 tlm 4", "t1 tlm 5"]
+    rest = write_candidates(tmp_path, tmp_path / "rest.jsonl", None, {"tlm": (2, None), "metaschedule": (0, 0)},
+                            exclude=named_programs(main_part))
+    assert [json.loads(x)["sentence"] for x in rest.read_text().splitlines()] == ["t1 tlm 2", "t1 tlm 3"]
+    assert named_programs(top) == {("t1", "t1 tlm 1"), ("t1", "t1 tlm 4")}
+    with pytest.raises(Exception, match="no cost-model order"):
+        write_candidates(tmp_path, tmp_path / "x.jsonl", None, None, {}, 2)
+    assert main(["gpu-heldout", "candidates", str(tmp_path), "--cm-top", "2", "--out", str(tmp_path / "y")]) != 0
+    assert "--cm-top needs --cost-model" in capsys.readouterr().err
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(Exception, match="names no program"):
+        named_programs(tmp_path / "empty.jsonl")
+
+
+def test_report_tlm10_as_the_tuner_measures_it(tmp_path):
+    """tlm@0+cm is the cost model's first, tlm@10+cm the best of its first ten (orders given: made up)."""
+    cands = [{"id": i, "proposer": "tlm"} for i in range(12)]
+    a = {"hash": "a", "name": "matmul", "kind": "matmul", "flops": 1.0, "candidates": cands}
+    lat = [20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 3, 2]  # us; the first ten's best is 11, the last two faster
+    bundle, results = _bundle(tmp_path / "p", [a], [{"t": "a", "k": "ref", "lat": [10e-6], "err": None}]
+                              + [{"t": "a", "k": i, "lat": [x * 1e-6], "err": None} for i, x in enumerate(lat)])
+    props = tmp_path / "props"
+    props.mkdir()
+    (props / "tasks.json").write_text(json.dumps({"calls": {"m": {"a": 1.0}}, "tasks": {}}))
+    order = [3, 10, 0, 1, 2, 4, 5, 6, 7, 8, 9, 11]
+    rep = heldout_report(bundle, results, bundle, results, props, {"a": order})
+    (row,) = [r["us"] for r in rep["tasks"]]
+    assert row["tlm@10"] == pytest.approx(11) and row["tlm@0+cm"] == pytest.approx(17)
+    assert row["tlm@10+cm"] == pytest.approx(3)  # the 11th proposal is in the cost model's top ten
+    (check,) = [t for t in rep["targets"] if t["row"] == "tlm@10+cm"]
+    assert check["col"] == "metaschedule@64" and check["need"] == 1.0
+
+
+@pytest.mark.tvm
+def test_the_shipped_gpu_cost_model_orders_a_tasks_proposals(tmp_path):
+    """tlm.eval.gpu_ranked: every proposal once, the ones that name no program last."""
+    import workloads_tir as W
+
+    from tlm.eval.gpu_ranked import proposal_orders
+    from tlm.graph.target import resolve_target
+    from tlm.model.lm import repo_root
+    from tlm.measure.gpu_bundle import sample_programs
+
+    h100 = resolve_target("h100")
+    task = W.matmul(64)
+    sentences = [s for _, s, _ in sample_programs(task, h100, 4, seed=1, seconds=60, max_tries=50)[0]]
+    assert len(sentences) >= 2
+    (tmp_path / "proposals").mkdir()
+    (tmp_path / "config.json").write_text(json.dumps({"target": "h100", "workloads": []}))
+    (tmp_path / "proposals" / f"{task.hash}-tlm.json").write_text(json.dumps(
+        {"task": task.hash, "proposer": "tlm", "sentences": sentences[:1] + ["not a program"] + sentences[1:]}))
+    (order,) = proposal_orders(tmp_path, repo_root() / "pretrained" / "costmodel-cuda-sm90", {task.hash: task}).values()
+    assert sorted(order) == list(range(len(sentences) + 1)) and order[-1] == 1

@@ -272,6 +272,13 @@ def test_ingest_files_records_under_the_card_once(bundle, tmp_path):
     assert (none.records, some.records, none.shards, some.shards) == (0, 6, [], [])
     two = ingest_results(out, tmp_path / "run", str(tmp_path / "db-random2"), None, proposer="random", first=2)
     assert two.records == 4  # the first 2 of each task's 3
+    named = tmp_path / "only.jsonl"  # a candidates file (the cost model's top N): only the programs it names
+    named.write_text("".join(json.dumps({"task": e["hash"], "proposer": "random", "sentence": e["candidates"][-1]["sentence"]})
+                             + "\n" for e in manifest["tasks"]))
+    last = ingest_results(out, tmp_path / "run", str(tmp_path / "db-random3"), None, proposer="random", only=named)
+    assert last.records == 2
+    assert ingest_results(out, tmp_path / "run", str(tmp_path / "db-random3"), None, proposer="random",
+                          first=2, only=named).records == 2  # another selection of the same run: not skipped
     _fake_run(tmp_path / "other", manifest, device="NVIDIA H100 80GB HBM3")
     with pytest.raises(TlmError, match="measured on"):
         ingest_results(out, tmp_path / "other", str(tmp_path / "db"), None)

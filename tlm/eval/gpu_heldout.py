@@ -122,11 +122,15 @@ def propose(cfg: ProposeConfig, out: str | Path, progress: bool = True) -> Path:
 
 
 def write_candidates(out: Path, path: Path | None = None, workloads: list[str] | None = None,
-                     slices: dict[str, tuple[int, int]] | None = None) -> Path:
+                     slices: dict[str, tuple[int, int]] | None = None, ranked: dict[str, list[int]] | None = None,
+                     cm_top: int = 0, exclude: set[tuple[str, str]] | None = None) -> Path:
     """DIR/candidates.jsonl (or `path`) from the proposals so far (tlm gpu bundle --candidates):
     those of `workloads`' tasks only (DIR/tasks.json's calls; None: all), each proposer's programs
     `slices[proposer]` = (start, stop) in proposal order (a proposer not named: all of them), so
-    that one proposal run is measured in parts (TLM@10 and MetaSchedule@64 first, TLM@32 later)."""
+    that one proposal run is measured in parts (TLM@10 and MetaSchedule@64 first, TLM@32 later).
+    `ranked` (tlm.eval.gpu_ranked.proposal_orders) and `cm_top`: the model's proposals the cost
+    model ranks in its first `cm_top` too (TLM@10+cm; kept in proposal order); `exclude`: (task,
+    sentence) pairs left out (another part's, tlm.measure.cuda_measure.named_programs)."""
     keep = None
     if workloads:
         calls = json.loads((out / "tasks.json").read_text())["calls"]
@@ -140,7 +144,13 @@ def write_candidates(out: Path, path: Path | None = None, workloads: list[str] |
         if keep is not None and p["task"] not in keep:
             continue
         start, stop = (slices or {}).get(p["proposer"], (0, None))
-        lines += [json.dumps({"task": p["task"], "proposer": p["proposer"], "sentence": s}) for s in p["sentences"][start:stop]]
+        chosen = set(range(len(p["sentences"]))[start:stop])
+        if p["proposer"] == "tlm" and cm_top > 0 and p["sentences"]:
+            if ranked is None or p["task"] not in ranked:
+                raise TlmError(f"no cost-model order of task {p['task']}'s proposals")
+            chosen |= set(ranked[p["task"]][:cm_top])
+        lines += [json.dumps({"task": p["task"], "proposer": p["proposer"], "sentence": s})
+                  for i, s in enumerate(p["sentences"]) if i in chosen and (p["task"], s) not in (exclude or ())]
     path = Path(path or out / CANDIDATES)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(line + "\n" for line in lines))
@@ -179,7 +189,7 @@ def best_of(lat: list[float | None], k: int) -> float | None:
 
 # The issue's targets: (row, column, minimum of column's summed latency / row's).
 TARGETS = (("tlm@10", "metaschedule@64", 1.0), ("tlm@10", "random@10", 1.5), ("tlm@1", "metaschedule@64", 0.7),
-           ("tlm@0", "dlight", 1.5), ("tlm@0+cm", "dlight", 1.5))
+           ("tlm@0", "dlight", 1.5), ("tlm@0+cm", "dlight", 1.5), ("tlm@10+cm", "metaschedule@64", 1.0))
 
 
 def contenders(props: dict[str, list], rand: dict[str, list], ref: float | None, ks=KS) -> dict[str, float | None]:
@@ -195,41 +205,21 @@ def contenders(props: dict[str, list], rand: dict[str, list], ref: float | None,
 
 def cost_model_picks(bundle: str | Path, cost_model: str | Path, more: list[str | Path] = ()) -> dict[str, int]:
     """Per task: which of the model's proposals (their index in proposal order) a cost model
-    trained on the corpus ranks first: a zero-measurement choice (what `--budget 0` does on CPUs
-    with the model's samples), judged here by the proposals' measured times. `more`: bundles of
-    the same tasks' later proposals, appended in order (as `heldout_report(more=...)` reads them)."""
-    from tlm.graph.target import resolve_target
-    from tlm.measure.cuda_measure import read_manifest
-    from tlm.measure.gpu_bundle import read_tasks
-    from tlm.search.costmodel import CostModel
-    from tlm.space.language import parse
+    trained on the corpus ranks first: a zero-measurement choice (what `--budget 0` does),
+    judged here by the proposals' measured times (tlm.eval.gpu_ranked.cost_model_orders)."""
+    from tlm.eval.gpu_ranked import cost_model_orders
 
-    manifest = read_manifest(bundle)
-    target = resolve_target(manifest["target"])
-    model = CostModel.load(cost_model, target)
-    tasks = read_tasks(bundle)
-    later: dict[str, list] = {}
-    for b in more:
-        for e in read_manifest(b)["tasks"]:
-            later.setdefault(e["hash"], []).extend(c for c in e.get("candidates", []) if c.get("proposer") == "tlm")
-    picks: dict[str, int] = {}
-    for e in manifest["tasks"]:
-        mine = [c for c in e.get("candidates", []) if c.get("proposer") == "tlm"] + later.get(e["hash"], [])
-        if len(mine) > 1:
-            schs = [parse(c["sentence"], tasks[e["hash"]], target).sch for c in mine]
-            picks[e["hash"]] = model.rank(tasks[e["hash"]], schs, target)[0]
-        elif mine:
-            picks[e["hash"]] = 0
-    return picks
+    return {h: order[0] for h, order in cost_model_orders(bundle, cost_model, more).items()}
 
 
 def heldout_report(bundle: str | Path, results: str | Path, random_bundle: str | Path, random_results: str | Path,
-                   proposals: str | Path, picks: dict[str, int] | None = None,
+                   proposals: str | Path, orders: dict[str, list[int]] | None = None,
                    metaschedule: tuple[str | Path, str | Path] | None = None,
                    more: list[tuple[str | Path, str | Path]] = ()) -> dict[str, Any]:
     """Per task and summed: each contender's best latency (a contender without a correct program
-    of a task is charged dlight's there, and counted); with `picks` (cost_model_picks) also
-    `tlm@0+cm`, the cost model's pick of the model's proposals. `metaschedule`: (bundle, results)
+    of a task is charged dlight's there, and counted); with `orders` (tlm.eval.gpu_ranked.
+    cost_model_orders) also `tlm@0+cm`, the cost model's pick of the model's proposals, and
+    `tlm@10+cm`, the best of its top 10 (what the tuner measures). `metaschedule`: (bundle, results)
     of an earlier run of the same tasks whose MetaSchedule programs stand in for this bundle's
     (a new model's proposals measured alone, beside MetaSchedule's measured before). `more`:
     (bundle, results) of the same tasks' later proposals (a proposal run measured in parts:
@@ -261,9 +251,11 @@ def heldout_report(bundle: str | Path, results: str | Path, random_bundle: str |
         if dl is None:
             continue  # no reference timing: the task cannot be compared
         row = contenders(props.get(h, {}), rand.get(h, {}), dl, ks)
-        if picks is not None:
+        if orders is not None:
             mine = props.get(h, {}).get("tlm", [])
-            row["tlm@0+cm"] = mine[picks[h]] if h in picks and picks[h] < len(mine) else None
+            order = [i for i in orders.get(h, []) if i < len(mine)]
+            row["tlm@0+cm"] = mine[order[0]] if order else None
+            row["tlm@10+cm"] = best_of([mine[i] for i in order[:10]], 10) if order else None
         for c, v in row.items():
             if v is None:
                 charged[c] = charged.get(c, 0) + 1
@@ -333,7 +325,20 @@ def _cmd_candidates(args: argparse.Namespace) -> int:
                 slices[proposer] = (int(a or 0), int(b) if b else None)
             except ValueError:
                 raise TlmError(f"--{proposer} {text!r}: START:STOP, e.g. 0:10") from None
-    path = write_candidates(Path(args.proposals), Path(args.out), args.workloads, slices)
+    if args.cm_top and not args.cost_model:
+        raise TlmError("--cm-top needs --cost-model")
+    from tlm.eval.gpu_ranked import proposal_orders
+    from tlm.measure.cuda_measure import named_programs
+
+    ranked = None
+    if args.cm_top:  # the proposals' tasks, extracted again from their workloads
+        from tlm.graph.target import resolve_target
+
+        cfg = json.loads((Path(args.proposals) / "config.json").read_text())
+        tasks = heldout_tasks(cfg["workloads"], resolve_target(cfg["target"]))[0]
+        ranked = proposal_orders(args.proposals, args.cost_model, {t.hash: t for t in tasks})
+    exclude = named_programs(args.except_) if args.except_ else None
+    path = write_candidates(Path(args.proposals), Path(args.out), args.workloads, slices, ranked, args.cm_top, exclude)
     print(f"{sum(1 for _ in path.open())} proposals in {path}")
     return 0
 
@@ -355,6 +360,11 @@ def register_cli(subparsers) -> None:
     q.add_argument("--workloads", nargs="+", default=None, help="only these workloads' tasks")
     q.add_argument("--tlm", default=None, help="START:STOP of the model's programs per task (all when not given)")
     q.add_argument("--metaschedule", default=None, help="START:STOP of MetaSchedule's programs per task")
+    q.add_argument("--cost-model", default=None, help="a GPU cost model, for --cm-top")
+    q.add_argument("--cm-top", type=int, default=0, metavar="N",
+                   help="also the model's proposals the cost model ranks in its first N (TLM@N as the tuner measures)")
+    q.add_argument("--except", dest="except_", default=None, metavar="FILE",
+                   help="leave out the programs another candidates file names (a part measured apart)")
     q.add_argument("--out", required=True)
     q.set_defaults(func=_cmd_candidates)
     q = sub.add_parser("report", help="TLM@k, MetaSchedule@64, random@k and dlight from the GPU run's results")
@@ -363,7 +373,7 @@ def register_cli(subparsers) -> None:
     q.add_argument("--random", nargs=2, required=True, metavar=("BUNDLE", "RESULTS"),
                    help="a random bundle of the same tasks and its results (random@k)")
     q.add_argument("--proposals", required=True, help="the propose --out folder (the workloads' calls)")
-    q.add_argument("--cost-model", default=None, help="a GPU cost model (tlm costmodel --kind cuda): adds tlm@0+cm")
+    q.add_argument("--cost-model", default=None, help="a GPU cost model (tlm costmodel --kind cuda): adds tlm@0+cm and tlm@10+cm")
     q.add_argument("--metaschedule", nargs=2, default=None, metavar=("BUNDLE", "RESULTS"),
                    help="MetaSchedule's programs of the same tasks from an earlier bundle and run")
     q.add_argument("--more", nargs=2, action="append", default=[], metavar=("BUNDLE", "RESULTS"),
@@ -375,8 +385,10 @@ def register_cli(subparsers) -> None:
 def _cmd_report(args: argparse.Namespace) -> int:
     import sys
 
-    picks = cost_model_picks(args.bundle, args.cost_model, [b for b, _ in args.more]) if args.cost_model else None
-    rep = heldout_report(args.bundle, args.results, args.random[0], args.random[1], args.proposals, picks,
+    from tlm.eval.gpu_ranked import cost_model_orders
+
+    orders = cost_model_orders(args.bundle, args.cost_model, [b for b, _ in args.more]) if args.cost_model else None
+    rep = heldout_report(args.bundle, args.results, args.random[0], args.random[1], args.proposals, orders,
                          args.metaschedule, [tuple(x) for x in args.more])
     if not rep["tasks"]:
         raise TlmError(f"no task of {args.bundle} has a measured reference in {args.results}")

@@ -49,6 +49,23 @@ def read_manifest(bundle: str | Path) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- files
+def named_programs(path: str | Path) -> set[tuple[str, str]]:
+    """(task hash, sentence) of each line of a candidates file (JSON lines {task, proposer,
+    sentence}, `tlm gpu-heldout candidates`): the programs an `--only FILE` keeps. Read here
+    rather than in tlm.measure.gpu_bundle, which needs TVM, because the GPU machine reads it."""
+    out = set()
+    try:
+        for line in Path(path).read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                out.add((r["task"], r["sentence"]))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise TlmError(f"unreadable candidates file {path}: {first_line(err)}") from None
+    if not out:
+        raise TlmError(f"{path} names no program")
+    return out
+
+
 def append_line(path: Path, obj: dict[str, Any]) -> None:
     with open(path, "a") as f:
         f.write(json.dumps(obj) + "\n")

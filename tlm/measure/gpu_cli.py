@@ -84,7 +84,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     if args.first is not None and (args.proposer is None or args.first < 1):
         raise TlmError("--first N needs --proposer and N >= 1")
     report = ingest_results(args.bundle, args.results, args.db, args.corpus, card=args.card, proposer=args.proposer,
-                            first=args.first)
+                            first=args.first, only=args.only)
     print(report)
     if args.corpus is None and not report.skipped:
         print(f"no --corpus: the records are in {args.db} only, no shard written")
@@ -118,4 +118,7 @@ def register_cli(sub) -> None:
     p.add_argument("--first", type=int, default=None,
                    help="with --proposer: only its first N programs of each task, in the bundle's order "
                         "(TLM@10 of a bundle that holds 32 TLM samples a task)")
+    p.add_argument("--only", default=None, metavar="FILE",
+                   help="only the programs a candidates file names (JSON lines {task, proposer, sentence}; "
+                        "`tlm gpu-heldout candidates --cm-top 10`: TLM@10 as the tuner measures it)")
     p.set_defaults(func=_cmd_ingest)

@@ -53,15 +53,18 @@ def same_code(a: dict, b: dict) -> bool:
 
 
 def ingest_results(bundle: str | Path, results: str | Path, db_dir: str, corpus: str | None,
-                   card: str | None = None, proposer: str | None = None, first: int | None = None) -> GpuIngestReport:
+                   card: str | None = None, proposer: str | None = None, first: int | None = None,
+                   only: str | Path | None = None) -> GpuIngestReport:
     """`card`: the card the results were measured on when it is not the bundle's (a bundle built
     for the H200 measured on an H100): allowed when both generate the same code (same_code), and
     the records are filed under that card. `proposer`: only the programs of that proposer (a
     held-out bundle holds several contenders' programs; one database each, for a whole-model plan
     of each contender's picks); `first`: only that proposer's first N programs of each task, in the
-    manifest's order (the held-out report's TLM@N)."""
+    manifest's order (the held-out report's TLM@N); `only`: a candidates file (JSON lines {task,
+    proposer, sentence}): only the programs it names (TLM@10 as the tuner measures it with a cost
+    model: the 10 of its 32 samples the cost model ranks first, `tlm gpu-heldout candidates --cm-top`)."""
     from tlm.measure.database import open_db
-    from tlm.measure.cuda_measure import read_lines, read_manifest
+    from tlm.measure.cuda_measure import named_programs, read_lines, read_manifest
     from tlm.measure.gpu_bundle import read_tasks
     from tlm.measure.measurer import Candidate, MeasureResult
     from tlm.measure.shards import flush
@@ -92,15 +95,21 @@ def ingest_results(bundle: str | Path, results: str | Path, db_dir: str, corpus:
     key = json.dumps(config, sort_keys=True)
     tasks = read_tasks(bundle)
     sentences = {}
+    keep = named_programs(only) if only is not None else None
     for e in manifest["tasks"]:
         mine = 0  # the proposer's programs of this task so far (`first`)
         for c in e.get("candidates", []):
             by = c.get("proposer", "random")
+            if keep is not None and (e["hash"], c["sentence"]) not in keep:
+                continue
             mine += by == proposer
             if first is None or (by == proposer and mine <= first):
                 sentences[(e["hash"], c["id"])] = (c["sentence"], by)
     text = res_file.read_bytes()
-    digest = hashlib.sha256(text + (proposer or "").encode() + (f"@{first}" if first else "").encode()).hexdigest()[:16]
+    picked = (proposer or "").encode() + (f"@{first}" if first else "").encode()
+    if keep is not None:
+        picked += json.dumps(sorted(keep)).encode()
+    digest = hashlib.sha256(text + picked).hexdigest()[:16]
     lines = [r for r in read_lines(res_file) if r.get("k") != "ref"]
     out: list = []
     for r in lines:

@@ -1,0 +1,77 @@
+"""A GPU cost model's order of the language model's proposals (issue 49), for the held-out
+benchmark: TLM@0+cm (its first) and TLM@10+cm (its first 10, best measured).
+
+Why TLM@10+cm: the tuner (tlm.search.tlm_tuner) does not measure the model's first 10 samples;
+with a cost model it measures the n it ranks first among `TuneConfig.cm_pool` x n samples. The
+held-out benchmark proposes 32 samples a task (greedy first) and measures them all, so the cost
+model's top 10 of those 32 is what a tuner with 10 measurements a task would have measured, judged
+with no new GPU time. `ranked_candidates` writes them as a candidates file, which `tlm gpu ingest
+--only` and `python -m tlm.measure.plan_assemble --only` read (the latter on the GPU machine, no TVM).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tlm.errors import TlmError
+
+
+def _order(model, task, sentences: list[str], target) -> list[int]:
+    """Indices of `sentences` (programs of `task`), the cost model's best first; a sentence that
+    names no program goes last."""
+    from tlm.space.language import parse
+
+    schs, ok = [], []
+    for i, s in enumerate(sentences):
+        try:
+            prog = parse(s, task, target)
+        except TlmError:
+            continue
+        if prog.error is None:
+            schs.append(prog.sch)
+            ok.append(i)
+    ranked = [ok[j] for j in model.rank(task, schs, target)] if len(schs) > 1 else ok
+    return ranked + [i for i in range(len(sentences)) if i not in set(ranked)]
+
+
+def cost_model_orders(bundle: str | Path, cost_model: str | Path, more: list[str | Path] = ()) -> dict[str, list[int]]:
+    """Per task of a held-out bundle: the model's measured proposals (their index in the order the
+    report reads them: the bundle's, then each of `more`'s) as the cost model ranks them."""
+    from tlm.graph.target import resolve_target
+    from tlm.measure.cuda_measure import read_manifest
+    from tlm.measure.gpu_bundle import read_tasks
+    from tlm.search.costmodel import CostModel
+
+    manifest = read_manifest(bundle)
+    target = resolve_target(manifest["target"])
+    model = CostModel.load(cost_model, target)
+    tasks = read_tasks(bundle)
+    later: dict[str, list] = {}
+    for b in more:
+        for e in read_manifest(b)["tasks"]:
+            later.setdefault(e["hash"], []).extend(c for c in e.get("candidates", []) if c.get("proposer") == "tlm")
+    out: dict[str, list[int]] = {}
+    for e in manifest["tasks"]:
+        mine = [c for c in e.get("candidates", []) if c.get("proposer") == "tlm"] + later.get(e["hash"], [])
+        if mine:
+            out[e["hash"]] = _order(model, tasks[e["hash"]], [c["sentence"] for c in mine], target)
+    return out
+
+
+def proposal_orders(proposals: str | Path, cost_model: str | Path, tasks: dict) -> dict[str, list[int]]:
+    """Per task of a `tlm gpu-heldout propose` folder: its TLM proposals' indices (proposal order)
+    as the cost model ranks them; `tasks`: hash -> Task (tlm.eval.gpu_heldout.heldout_tasks)."""
+    from tlm.graph.target import resolve_target
+    from tlm.search.costmodel import CostModel
+
+    proposals = Path(proposals)
+    cfg = json.loads((proposals / "config.json").read_text())
+    target = resolve_target(cfg["target"])
+    model = CostModel.load(cost_model, target)
+    out: dict[str, list[int]] = {}
+    for path in sorted((proposals / "proposals").glob("*-tlm.json")):
+        p = json.loads(path.read_text())
+        if p["task"] in tasks and p["sentences"]:
+            out[p["task"]] = _order(model, tasks[p["task"]], p["sentences"], target)
+    return out
