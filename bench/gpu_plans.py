@@ -6,7 +6,8 @@ RUN is a folder that `PLANS="..." bash bench/gpu_device.sh` filled: plans.jsonl 
 plan, `python -m tlm.measure.cuda_plan`'s plan-result.json and its folder's name, "plan") and
 pytorch.json (bench/gpu_pytorch.py). A plan's folder is named WORKLOAD-SCHEDULES: `dlight` (TVM's
 rule-based GPU schedules for every task, zero measurements), or the name of the database whose
-best records it applied (`tlm`: the GPU TLM's 10 programs per task, `metaschedule`: the 64 of
+best records it applied (`tlm`: the GPU TLM's first 10 programs per task, `tlmcm`: the 10 of its 32
+samples the cost model ranks first, what the tuner measures with a cost model, `metaschedule`: the 64 of
 MetaSchedule's first round): built here with those records, or put together on the GPU machine
 from the bundle the same call measured (`ASSEMBLE=...`, tlm.measure.plan_assemble), where a task
 without a correct measured program keeps dlight's (said in the table). Per plan: whether its output matched the CPU's, the median of the
@@ -24,7 +25,9 @@ import math
 import sys
 from pathlib import Path
 
-LABELS = {"dlight": "dlight (0 measurements)", "tlm": "TLM@10g", "metaschedule": "MetaSchedule@64g"}
+LABELS = {"dlight": "dlight (0 measurements)", "tlm": "TLM@10g (its first 10 samples)",
+          "tlmcm": "TLM@10g (the cost model's top 10 of 32 samples, as the tuner measures)",
+          "metaschedule": "MetaSchedule@64g", "tlm0": "TLM@0 (the cost model's pick, 0 measurements)"}
 
 
 def split_name(plan: str, workload: str | None) -> tuple[str, str]:
@@ -61,14 +64,16 @@ def report(run: Path) -> tuple[dict, list[str]]:
                      # an assembled plan's functions that kept dlight's program (no correct measured one)
                      "kept_dlight": (r.get("schedules") or {}).get("dlight") if "bundle" in (r.get("schedules") or {}) else None})
     by = {(x["workload"], x["schedules"]): x for x in rows}
-    versus = {}
+    versus: dict[str, dict[str, float]] = {}
     for w in sorted({x["workload"] for x in rows}):
-        t, m = by.get((w, "tlm")), by.get((w, "metaschedule"))
-        if t and m and t.get("graph_ms") and m.get("graph_ms") and t["checked"] and m["checked"]:
-            versus[w] = round(m["graph_ms"] / t["graph_ms"], 3)
+        m = by.get((w, "metaschedule"))
+        for name in ("tlm", "tlmcm"):
+            t = by.get((w, name))
+            if t and m and t.get("graph_ms") and m.get("graph_ms") and t["checked"] and m["checked"]:
+                versus.setdefault(name, {})[w] = round(m["graph_ms"] / t["graph_ms"], 3)
     devices = sorted({x["device"] for x in rows if x["device"]})
     out = {"run": str(run), "devices": devices, "pytorch": {k: v for k, v in pt.items() if k != "workloads"},
-           "plans": rows, "tlm10_speedup_over_ms64_graph": versus}
+           "plans": rows, "speedup_over_ms64_graph": versus}
     lines = [f"# Whole models on the GPU: {', '.join(devices) or 'no device'} (issue 49 item 4)", "",
              f"Made by `python bench/gpu_plans.py {run}`; the plans by `tlm gpu plan WORKLOAD --target h100 "
              "[--db DB] --out DIR`, run by `PLANS=... bash bench/gpu_device.sh` in one call with "
@@ -89,9 +94,9 @@ def report(run: Path) -> tuple[dict, list[str]]:
         lines.append(f"| {x['workload']} | {label} | {chk} | {_ms(x['stream_ms'])} | "
                      f"{_ms(x['graph_ms'])} | {_ms(x['sum_step_ms'])} | {_ms(x['eager_ms'])} | {_ms(x['eager_tf32_ms'])} | "
                      f"{_ms(x['compiled_ms'])} | {x['eager_over_graph'] or '-'} |")
-    if versus:
-        lines += ["", "TLM@10g against MetaSchedule@64g (MetaSchedule's graph time / TLM's; > 1: TLM faster): "
-                  + ", ".join(f"{w} {v}x" for w, v in versus.items()) + "."]
+    for name, vs in versus.items():
+        lines += ["", f"{LABELS[name]} against MetaSchedule@64g (MetaSchedule's graph time / TLM's; > 1: TLM faster): "
+                  + ", ".join(f"{w} {v}x" for w, v in vs.items()) + "."]
     return out, lines
 
 
