@@ -109,7 +109,7 @@ def training_rows(corpus: str, work: str, table: dict | None = None) -> list[tup
 
 def heldout_rows(bundle: str, results: str, table: dict | None = None) -> list[tuple]:
     """(features, measured latencies or None, dlight's latency) of the TLM's proposals per held-out task."""
-    from tlm.eval.gpu_heldout import measured
+    from tlm.eval.gpu_heldout_report import measured
     from tlm.graph.target import resolve_target
     from tlm.measure.cuda_measure import read_manifest
     from tlm.measure.gpu_bundle import read_tasks

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tlm.eval.gpu_heldout import best_of, contenders, heldout_report, report_markdown
+from tlm.eval.gpu_heldout_report import best_of, contenders, heldout_report, report_markdown
 
 
 def test_best_of_the_first_k_in_measured_order():
@@ -196,3 +196,27 @@ def test_the_shipped_gpu_cost_model_orders_a_tasks_proposals(tmp_path):
         {"task": task.hash, "proposer": "tlm", "sentences": sentences[:1] + ["not a program"] + sentences[1:]}))
     (order,) = proposal_orders(tmp_path, repo_root() / "pretrained" / "costmodel-cuda-sm90", {task.hash: task}).values()
     assert sorted(order) == list(range(len(sentences) + 1)) and order[-1] == 1
+
+
+def test_report_with_donors_measured(tmp_path):
+    """tlm@0+cm+donors: the measured donor where the cost model put one first (a wrong one is
+    charged dlight's), else tlm@0+cm (made-up latencies)."""
+    a = {"hash": "a", "name": "matmul", "kind": "matmul", "flops": 1.0,
+         "candidates": [{"id": 0, "proposer": "tlm"}, {"id": 1, "proposer": "tlm"}]}
+    b = dict(a, hash="b")
+    c = dict(a, hash="c")
+    rows = [{"t": h, "k": "ref", "lat": [10e-6], "err": None} for h in "abc"]
+    rows += [{"t": h, "k": k, "lat": [x * 1e-6], "err": None} for h in "abc" for k, x in ((0, 8), (1, 6))]
+    bundle, results = _bundle(tmp_path / "p", [a, b, c], rows)
+    da, db_ = (dict(a, candidates=[{"id": 0, "proposer": "donor"}]), dict(b, candidates=[{"id": 0, "proposer": "donor"}]))
+    dbundle, dresults = _bundle(tmp_path / "d", [da, db_], [{"t": "a", "k": 0, "lat": [3e-6], "err": None},
+                                                            {"t": "b", "k": 0, "lat": [], "err": "WrongResult: x"}])
+    props = tmp_path / "props"
+    props.mkdir()
+    (props / "tasks.json").write_text(json.dumps({"calls": {"m": {"a": 1.0, "b": 1.0, "c": 1.0}}, "tasks": {}}))
+    rep = heldout_report(bundle, results, bundle, results, props, {h: [0, 1] for h in "abc"}, donors=(dbundle, dresults))
+    by = {r["task"]: r["us"] for r in rep["tasks"]}
+    assert by["a"]["tlm@0+cm+donors"] == pytest.approx(3) and by["a"]["tlm@0+cm"] == pytest.approx(8)
+    assert by["b"]["tlm@0+cm+donors"] == pytest.approx(10)  # its donor was wrong: dlight's
+    assert by["c"]["tlm@0+cm+donors"] == pytest.approx(8)  # no donor first: the cost model's pick
+    assert any(t["row"] == "tlm@0+cm+donors" for t in rep["targets"])

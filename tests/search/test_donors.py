@@ -171,3 +171,26 @@ def test_no_corpus_is_said_once_and_gives_no_donors(monkeypatch, capsys, host):
     err = capsys.readouterr().err
     assert err.count("tlm: note: no corpus") == 1
     assert donors.donor_samples(task, host, 0, set()) == []
+
+
+def test_a_gpu_task_takes_gpu_donors_and_a_cpu_task_cpu_ones(host):
+    """Each target's programs go to targets of its kind: an H100 task takes an H200 program (the same
+    code: same arch, threads, shared memory, registers), never a CPU's; a CPU task never a GPU's."""
+    from tlm.graph.target import resolve_target
+    from tlm.measure.gpu_bundle import sample_programs
+    from tlm.space.language import prompt_tokens
+
+    h100, h200 = resolve_target("h100"), resolve_target("h200")
+    small, big = w.matmul(64, 64, 64), w.matmul(128, 64, 64)
+    ((_, sentence, _),), _ = sample_programs(small, h200, 1, seed=1, seconds=60, max_tries=50)
+    gpu_words = " ".join(sentence.split()[len(prompt_tokens(small, h200)):])
+    index = _index(small, host, _words(small, host, 1))
+    index["best"][small.hash][h200.key] = [[5e-5, gpu_words]]
+    (got,) = find(big, h100, index, k_records=1)
+    assert got.target_key == h200.key and " ".join(got.words) == gpu_words
+    (cpu,) = find(big, host, index)
+    assert cpu.target_key == host.key
+    (prog,) = donor_programs(big, h100, index)
+    assert prog[1].ok
+    del index["best"][small.hash][host.key]
+    assert find(big, host, index) == []  # only a GPU's program: none for a CPU

@@ -17,14 +17,15 @@ the order a tuner would measure them:
 - random@k (best of the first k random programs) comes from a plain random bundle of the same
   tasks (`tlm gpu bundle`), and dlight (TVM's rule-based GPU schedules, zero measurements) is
   every bundle's reference.
-Proposals are written per (task, proposer) as they are made, so a stopped run resumes.
+Proposals are written per (task, proposer) as they are made, so a stopped run resumes. Parts of
+them go to bundles as candidates lines (`candidates`, with the cost model's top N: `--cm-top`), the
+GPU donors a first choice would take as more (`donors`); the report is tlm.eval.gpu_heldout_report.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,7 +34,6 @@ from typing import Any
 from tlm.errors import TlmError, first_line
 
 CANDIDATES = "candidates.jsonl"
-KS = (0, 1, 10, 32)
 
 
 @dataclass
@@ -158,153 +158,6 @@ def write_candidates(out: Path, path: Path | None = None, workloads: list[str] |
     return path
 
 
-# ---------------------------------------------------------------- report
-def _geo(xs: list[float]) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
-
-
-def measured(bundle: str | Path, results: str | Path, manifest: dict[str, Any]
-             ) -> tuple[dict[str, dict[str, list[float | None]]], dict[str, float]]:
-    """Per task: each proposer's medians in proposal order (None: refused or wrong), and dlight's
-    (`manifest`: the bundle's)."""
-    from tlm.measure.gpu_ingest import results_file
-    from tlm.measure.plan_assemble import medians
-
-    med = medians(results_file(results, bundle))
-    out: dict[str, dict[str, list[float | None]]] = {}
-    ref: dict[str, float] = {}
-    for e in manifest["tasks"]:
-        if (e["hash"], "ref") in med:
-            ref[e["hash"]] = med[(e["hash"], "ref")]
-        for c in e.get("candidates", []):
-            out.setdefault(e["hash"], {}).setdefault(c.get("proposer", "random"), []).append(med.get((e["hash"], c["id"])))
-    return out, ref
-
-
-def best_of(lat: list[float | None], k: int) -> float | None:
-    """TLM@0 is the first program; @k the best of the first k (measured order)."""
-    got = [x for x in lat[: max(1, k)] if x is not None]
-    return min(got) if got else None
-
-
-# The issue's targets: (row, column, minimum of column's summed latency / row's).
-TARGETS = (("tlm@10", "metaschedule@64", 1.0), ("tlm@10", "random@10", 1.5), ("tlm@1", "metaschedule@64", 0.7),
-           ("tlm@0", "dlight", 1.5), ("tlm@0+cm", "dlight", 1.5), ("tlm@10+cm", "metaschedule@64", 1.0))
-
-
-def contenders(props: dict[str, list], rand: dict[str, list], ref: float | None, ks=KS) -> dict[str, float | None]:
-    """One task's latency per contender (None: it has no correct program of its own)."""
-    row: dict[str, float | None] = {"dlight": ref}
-    for k in ks:
-        row[f"tlm@{k}"] = best_of(props.get("tlm", []), k)
-    row["metaschedule@64"] = best_of(props.get("metaschedule", []), 64)
-    row["random@1"] = best_of(rand.get("random", []), 1)
-    row["random@10"] = best_of(rand.get("random", []), 10)
-    return row
-
-
-def cost_model_picks(bundle: str | Path, cost_model: str | Path, more: list[str | Path] = ()) -> dict[str, int]:
-    """Per task: which of the model's proposals (their index in proposal order) a cost model
-    trained on the corpus ranks first: a zero-measurement choice (what `--budget 0` does),
-    judged here by the proposals' measured times (tlm.eval.gpu_ranked.cost_model_orders)."""
-    from tlm.eval.gpu_ranked import cost_model_orders
-
-    return {h: order[0] for h, order in cost_model_orders(bundle, cost_model, more).items()}
-
-
-def heldout_report(bundle: str | Path, results: str | Path, random_bundle: str | Path, random_results: str | Path,
-                   proposals: str | Path, orders: dict[str, list[int]] | None = None,
-                   metaschedule: tuple[str | Path, str | Path] | None = None,
-                   more: list[tuple[str | Path, str | Path]] = ()) -> dict[str, Any]:
-    """Per task and summed: each contender's best latency (a contender without a correct program
-    of a task is charged dlight's there, and counted); with `orders` (tlm.eval.gpu_ranked.
-    cost_model_orders) also `tlm@0+cm`, the cost model's pick of the model's proposals, and
-    `tlm@10+cm`, the best of its top 10 (what the tuner measures). `metaschedule`: (bundle, results)
-    of an earlier run of the same tasks whose MetaSchedule programs stand in for this bundle's
-    (a new model's proposals measured alone, beside MetaSchedule's measured before). `more`:
-    (bundle, results) of the same tasks' later proposals (a proposal run measured in parts:
-    `tlm gpu-heldout candidates`), each proposer's appended to this bundle's in order."""
-    from tlm.measure.cuda_measure import read_manifest
-
-    manifests = {b: read_manifest(b) for b in (random_bundle, bundle)}
-    props, ref = measured(bundle, results, manifests[bundle])
-    if metaschedule is not None:
-        earlier, _ = measured(metaschedule[0], metaschedule[1], read_manifest(metaschedule[0]))
-        for h, v in earlier.items():
-            if "metaschedule" in v:
-                props.setdefault(h, {})["metaschedule"] = v["metaschedule"]
-    for b, r in more:
-        for h, v in measured(b, r, read_manifest(b))[0].items():
-            for proposer, lat in v.items():
-                props.setdefault(h, {}).setdefault(proposer, []).extend(lat)
-    most = max((len(v.get("tlm", [])) for v in props.values()), default=0)
-    ks = tuple(k for k in KS if k <= max(1, most))  # no TLM@32 column from 10 proposals a task
-    rand, ref2 = measured(random_bundle, random_results, manifests[random_bundle])
-    info = json.loads((Path(proposals) / "tasks.json").read_text())
-    summary = Path(results) / f"{Path(bundle).name}-summary.json"
-    device = json.loads(summary.read_text()).get("device", {}) if summary.exists() else {}
-    # a task without proposals is in the random bundle only (its dlight timing there)
-    names = {e["hash"]: (e["name"], e["kind"], e["flops"]) for m in manifests.values() for e in m["tasks"]}
-    rows, charged = [], {}
-    for h, (name, kind, flops) in names.items():
-        dl = ref.get(h, ref2.get(h))
-        if dl is None:
-            continue  # no reference timing: the task cannot be compared
-        row = contenders(props.get(h, {}), rand.get(h, {}), dl, ks)
-        if orders is not None:
-            mine = props.get(h, {}).get("tlm", [])
-            order = [i for i in orders.get(h, []) if i < len(mine)]
-            row["tlm@0+cm"] = mine[order[0]] if order else None
-            row["tlm@10+cm"] = best_of([mine[i] for i in order[:10]], 10) if order else None
-        for c, v in row.items():
-            if v is None:
-                charged[c] = charged.get(c, 0) + 1
-                row[c] = dl
-        rows.append({"task": h, "name": name, "kind": kind, "flops": flops, "us": {c: v * 1e6 for c, v in row.items()}})
-    cols = list(rows[0]["us"]) if rows else []
-    calls = info["calls"]
-    summed = {w: {c: sum(calls[w].get(r["task"], 0.0) * r["us"][c] for r in rows) / 1e3 for c in cols} for w in calls}
-    summed["all tasks (each once)"] = {c: sum(r["us"][c] for r in rows) / 1e3 for c in cols}
-    geo = {c: _geo([r["us"]["metaschedule@64"] / r["us"][c] for r in rows]) for c in cols}
-    # a contender charged dlight's on every task has no program in this run (a held-out bundle without
-    # random programs): its target is not judged, where dlight's sum would pass for its own
-    absent = {c for c in cols if charged.get(c, 0) == len(rows)}
-    checks = [{"row": a, "col": b, "need": need, "absent": sorted({a, b} & absent),
-               "got": None if {a, b} & absent else summed["all tasks (each once)"][b] / summed["all tasks (each once)"][a]}
-              for a, b, need in TARGETS if a in cols and b in cols]
-    return {"device": device, "tasks": rows, "summed_ms": summed, "geomean_vs_ms64": geo, "charged_dlight": charged,
-            "targets": checks, "covered": {w: sum(1 for r in rows if r["task"] in calls[w]) for w in calls},
-            "workload_tasks": {w: len(calls[w]) for w in calls}}
-
-
-def report_markdown(rep: dict[str, Any], command: str) -> str:
-    cols = list(rep["geomean_vs_ms64"])
-    dev = rep["device"]
-    cuda = dev.get("driver", 0)
-    lines = [f"# Held-out GPU subgraphs: {dev.get('name', '?')} ({dev.get('sms', '?')} SMs, CUDA driver API "
-             f"{cuda // 1000}.{cuda % 1000 // 10}, CuPy {dev.get('cupy', '?')})",
-             "", f"Made by `{command}`.", "",
-             "Summed latency in ms (per workload: each task times its calls, an estimate of the model's kernel "
-             "time, not a whole-model run; a contender without a correct program of a task is charged dlight's "
-             "there: " + (", ".join(f"{c} {n}" for c, n in sorted(rep["charged_dlight"].items())) or "none") + ").", "",
-             "| | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
-    for w, row in rep["summed_ms"].items():
-        cov = f" ({rep['covered'][w]}/{rep['workload_tasks'][w]} tasks)" if w in rep["covered"] else ""
-        lines.append(f"| {w}{cov} | " + " | ".join(f"{row[c]:.3f}" for c in cols) + " |")
-    lines.append("| geomean speedup over MetaSchedule@64 | " + " | ".join(f"{rep['geomean_vs_ms64'][c]:.2f}" for c in cols) + " |")
-    lines += ["", "Targets (issue 49; summed over the tasks, each once):", ""]
-    for t in rep["targets"]:
-        if t["got"] is None:
-            lines.append(f"- {t['row']} vs {t['col']}: not measured ({', '.join(t['absent'])}: no program in this run)")
-            continue
-        lines.append(f"- {t['row']} vs {t['col']}: {t['got']:.2f}x (target >= {t['need']}x): "
-                     + ("met" if t["got"] >= t["need"] else "missed"))
-    lines += ["", "Per task, in us:", "", "| task | kind | " + " | ".join(cols) + " |", "|---|---|" + "---:|" * len(cols)]
-    for r in rep["tasks"]:
-        lines.append(f"| {r['name']} | {r['kind']} | " + " | ".join(f"{r['us'][c]:.1f}" for c in cols) + " |")
-    return "\n".join(lines) + "\n"
-
-
 # ---------------------------------------------------------------- command line
 def _cmd_propose(args: argparse.Namespace) -> int:
     cfg = ProposeConfig(target=args.target, workloads=args.workloads, model=args.model, tlm=args.tlm,
@@ -330,16 +183,27 @@ def _cmd_candidates(args: argparse.Namespace) -> int:
     from tlm.eval.gpu_ranked import proposal_orders
     from tlm.measure.cuda_measure import named_programs
 
-    ranked = None
-    if args.cm_top:  # the proposals' tasks, extracted again from their workloads
-        from tlm.graph.target import resolve_target
-
-        cfg = json.loads((Path(args.proposals) / "config.json").read_text())
-        tasks = heldout_tasks(cfg["workloads"], resolve_target(cfg["target"]))[0]
-        ranked = proposal_orders(args.proposals, args.cost_model, {t.hash: t for t in tasks})
+    ranked = proposal_orders(args.proposals, args.cost_model, _proposal_tasks(args.proposals)) if args.cm_top else None
     exclude = named_programs(args.except_) if args.except_ else None
     path = write_candidates(Path(args.proposals), Path(args.out), args.workloads, slices, ranked, args.cm_top, exclude)
     print(f"{sum(1 for _ in path.open())} proposals in {path}")
+    return 0
+
+
+def _proposal_tasks(proposals: str | Path) -> dict[str, Any]:
+    """Hash -> Task of a propose folder's workloads, extracted again."""
+    from tlm.graph.target import resolve_target
+
+    cfg = json.loads((Path(proposals) / "config.json").read_text())
+    return {t.hash: t for t in heldout_tasks(cfg["workloads"], resolve_target(cfg["target"]))[0]}
+
+
+def _cmd_donors(args: argparse.Namespace) -> int:
+    from tlm.eval.gpu_ranked import donor_picks
+
+    lines, counts = donor_picks(args.proposals, args.cost_model, _proposal_tasks(args.proposals), args.donors)
+    Path(args.out).write_text("".join(json.dumps(x) + "\n" for x in lines))
+    print(f"{counts['donor_first']} donors first of {counts['with_donors']} tasks with donors ({counts['tasks']} tasks): {args.out}")
     return 0
 
 
@@ -367,6 +231,12 @@ def register_cli(subparsers) -> None:
                    help="leave out the programs another candidates file names (a part measured apart)")
     q.add_argument("--out", required=True)
     q.set_defaults(func=_cmd_candidates)
+    q = sub.add_parser("donors", help="the GPU donors a first choice would take, as candidates lines (measure them)")
+    q.add_argument("proposals", help="the propose --out folder")
+    q.add_argument("--cost-model", required=True, help="the GPU cost model that picks")
+    q.add_argument("--donors", type=int, default=3, help="nearest corpus tasks to take programs from")
+    q.add_argument("--out", required=True)
+    q.set_defaults(func=_cmd_donors)
     q = sub.add_parser("report", help="TLM@k, MetaSchedule@64, random@k and dlight from the GPU run's results")
     q.add_argument("bundle", help="the bundle of the proposals (tlm gpu bundle --candidates)")
     q.add_argument("results", help="its GPU run's results folder")
@@ -378,6 +248,8 @@ def register_cli(subparsers) -> None:
                    help="MetaSchedule's programs of the same tasks from an earlier bundle and run")
     q.add_argument("--more", nargs=2, action="append", default=[], metavar=("BUNDLE", "RESULTS"),
                    help="the same tasks' later proposals from another bundle and run, appended in order (repeatable)")
+    q.add_argument("--donors", nargs=2, default=None, metavar=("BUNDLE", "RESULTS"),
+                   help="the measured `tlm gpu-heldout donors` picks: adds tlm@0+cm+donors (with --cost-model)")
     q.add_argument("--out", default="bench/results/gpu-heldout", help="OUT.md and OUT.json")
     q.set_defaults(func=_cmd_report)
 
@@ -385,11 +257,13 @@ def register_cli(subparsers) -> None:
 def _cmd_report(args: argparse.Namespace) -> int:
     import sys
 
+    from tlm.eval.gpu_heldout_report import heldout_report, report_markdown
+
     from tlm.eval.gpu_ranked import cost_model_orders
 
     orders = cost_model_orders(args.bundle, args.cost_model, [b for b, _ in args.more]) if args.cost_model else None
     rep = heldout_report(args.bundle, args.results, args.random[0], args.random[1], args.proposals, orders,
-                         args.metaschedule, [tuple(x) for x in args.more])
+                         args.metaschedule, [tuple(x) for x in args.more], tuple(args.donors) if args.donors else None)
     if not rep["tasks"]:
         raise TlmError(f"no task of {args.bundle} has a measured reference in {args.results}")
     out = Path(args.out)

@@ -75,3 +75,41 @@ def proposal_orders(proposals: str | Path, cost_model: str | Path, tasks: dict) 
         if p["task"] in tasks and p["sentences"]:
             out[p["task"]] = _order(model, tasks[p["task"]], p["sentences"], target)
     return out
+
+
+def donor_picks(proposals: str | Path, cost_model: str | Path, tasks: dict, k_tasks: int = 3) -> tuple[list[dict], dict]:
+    """The GPU donors that would change a first choice (tlm.search.donors: the fastest measured
+    programs of the nearest corpus tasks, their decisions carried over): per task of a propose
+    folder, the cost model ranks the model's proposals and the donor programs together, and where a
+    donor comes first it is a candidates line {task, proposer: "donor", sentence}, to be measured
+    beside the proposals (the report's tlm@0+cm+donors). Returns the lines and counts."""
+    from tlm.graph.target import resolve_target
+    from tlm.search.costmodel import CostModel
+    from tlm.search.donors import donor_programs, load_index
+    from tlm.space.language import parse
+
+    proposals = Path(proposals)
+    cfg = json.loads((proposals / "config.json").read_text())
+    target = resolve_target(cfg["target"])
+    model = CostModel.load(cost_model, target)
+    index = load_index()
+    if index is None:
+        raise TlmError("no corpus (data/corpus): no donors")
+    lines, counts = [], {"tasks": 0, "with_donors": 0, "donor_first": 0}
+    for path in sorted((proposals / "proposals").glob("*-tlm.json")):
+        p = json.loads(path.read_text())
+        task = tasks.get(p["task"])
+        if task is None or not p["sentences"]:
+            continue
+        counts["tasks"] += 1
+        donors = donor_programs(task, target, index, k_tasks)
+        mine = [prog.sch for s in p["sentences"] if (prog := parse(s, task, target)).error is None]
+        donors = [(d, prog, s) for d, prog, s in donors if s not in set(p["sentences"])]
+        if not donors or not mine:
+            continue
+        counts["with_donors"] += 1
+        first = model.rank(task, mine + [prog.sch for _, prog, _ in donors], target)[0]
+        if first >= len(mine):
+            counts["donor_first"] += 1
+            lines.append({"task": p["task"], "proposer": "donor", "sentence": donors[first - len(mine)][2]})
+    return lines, counts

@@ -17,8 +17,10 @@ bert_base 1.06x, resnet_50 1.05x, dcgan 0.99x. A donor can lose to the pick it d
 mobilenet_v2's 1x1 convolutions, 1.6x slower alone): the cost model ranks it, nothing measures it.
 
 The index (`load_index`) keeps, per corpus task, its operators, argument shapes and the decision
-words of its DONOR_RECORDS fastest correct programs per CPU; built from the shards once per
-corpus state and cached under `tlm.graph.extract.cache_dir()`.
+words of its DONOR_RECORDS fastest correct programs per target (CPUs and GPUs; a target's programs
+go only to targets of its kind); built from the shards once per corpus state and cached under
+`tlm.graph.extract.cache_dir()`. GPU first choices do not take donors yet: the held-out GPU
+benchmark judges them first (`tlm gpu-heldout donors`).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from tlm.errors import TlmError
 
 DONOR_TASKS = 3  # the nearest corpus tasks a first choice takes programs from
 DONOR_RECORDS = 2  # each donor task's fastest records on the CPU nearest the target
-INDEX_VERSION = 2  # 2: record medians as ingest takes them (statistics.median)
+INDEX_VERSION = 3  # 2: record medians as ingest takes them (statistics.median); 3: GPU records too
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,8 @@ def _digest(corpus: Path) -> str:
 
 def build_index(corpus: str | os.PathLike) -> dict[str, Any]:
     """{"tasks": {hash: [operator words, [[dtype, shape], ...]]}, "best": {hash: {target key:
-    [[median s, decision words], ...]}}} of the CPU shards under `corpus` (fastest first)."""
+    [[median s, decision words], ...]}}} of the shards under `corpus` (fastest first; CPUs' and GPUs',
+    each target's programs donated only to targets of its kind, `_key_order`)."""
     from types import SimpleNamespace
 
     from tlm.graph.tasks import op_names
@@ -89,8 +92,6 @@ def build_index(corpus: str | os.PathLike) -> dict[str, Any]:
         for t in shard_tasks:
             tasks.setdefault(t["hash"], [t["name"], [[a["dtype"], a["shape"]] for a in t["args"]]])
         key = header.get("target_key") or json.dumps(header.get("target", {}), sort_keys=True)
-        if json.loads(key).get("kind") != "llvm":
-            continue  # CPU programs only: a GPU space's decisions differ
         for r in records:
             if r.get("err") or not r.get("lat") or not r.get("s"):
                 continue
@@ -169,39 +170,52 @@ def _target(key: str):
     return resolve_target(json.loads(key))
 
 
-def _cpu_order(target, keys: list[str]) -> list[str]:
-    """`keys` (targets of one task's records), nearest `target` first: the same target, then the
-    same ISA and vector width in the same CPU family (znver5 for znver4), then the same ISA and
-    vector width, then the others (each group in key order)."""
+def _key_order(target, keys: list[str]) -> list[str]:
+    """`keys` (targets of one task's records) that may donate to `target`, nearest first. CPUs: the
+    same target, then the same ISA and vector width in the same CPU family (znver5 for znver4), then
+    the same ISA and vector width, then the other CPUs (each group in key order). GPUs: the same
+    card, then cards whose code is the same (an H200's programs for an H100: same arch, threads,
+    shared memory and registers); another kind's programs never (a CPU space's decisions differ)."""
     def family(cpu: str) -> str:  # znver4 -> znver, icelake-server -> icelake
         return cpu.rstrip("0123456789").split("-")[0]
 
     def rank(key: str) -> tuple:
         if key == target.key:
             return (0, key)
+        if target.kind != "llvm":
+            from tlm.measure.gpu_ingest import same_code
+
+            return (1 if same_code(json.loads(key), target.config) else 9, key)
         other = _target(key)
         same_isa = (other.isa, other.vector_bits) == (target.isa, target.vector_bits)
         return (1 if same_isa and family(other.cpu) == family(target.cpu) else 2 if same_isa else 3, key)
 
-    return sorted(keys, key=rank)
+    mine = [k for k in keys if json.loads(k).get("kind") == target.kind]
+    return [k for r, k in sorted(rank(k) for k in mine) if r < 9]
 
 
 def find(task, target, index: dict[str, Any], k_tasks: int = DONOR_TASKS,
          k_records: int = DONOR_RECORDS) -> list[Donor]:
-    """The fastest programs (on the nearest CPU) of the `k_tasks` corpus tasks with `task`'s
-    operators nearest in shape, nearest first."""
+    """The fastest programs (on the nearest target of `target`'s kind, `_key_order`) of the
+    `k_tasks` corpus tasks with `task`'s operators nearest in shape that have such programs,
+    nearest first."""
     from tlm.graph.tasks import op_names
 
-    if target.kind != "llvm" or k_tasks <= 0:
+    if k_tasks <= 0:
         return []
     ops = op_names(task.name)
     near = sorted((d, h) for h, (words, args) in index["tasks"].items()
                   if words == ops and (d := shape_distance(task.args, args)) < math.inf)
-    out = []
-    for d, h in near[:k_tasks]:
+    out, used = [], 0
+    for d, h in near:
+        if used >= k_tasks:
+            break
         by_key = index["best"][h]
-        key = _cpu_order(target, list(by_key))[0]
-        out += [Donor(h, d, key, median, tuple(words.split())) for median, words in by_key[key][:k_records]]
+        keys = _key_order(target, list(by_key))
+        if not keys:
+            continue  # measured on targets of another kind only
+        used += 1
+        out += [Donor(h, d, keys[0], median, tuple(words.split())) for median, words in by_key[keys[0]][:k_records]]
     return out
 
 
@@ -294,8 +308,9 @@ _NO_CORPUS: list = []  # said once per process
 
 def donor_samples(task, target, k_tasks: int, skip: set[str]) -> list:
     """The donor programs of `task` as the language model's samples are (tlm.model.generate.Generated,
-    log-prob NaN: no model wrote them), none whose sentence is in `skip`; [] for a GPU target or
-    k_tasks 0. A checkout without data/corpus has none, said once per process."""
+    log-prob NaN: no model wrote them), none whose sentence is in `skip`; [] for k_tasks 0 and, for
+    now, for a GPU target: GPU donors (`find` reads the GPU shards too) are judged on the held-out
+    GPU benchmark first (`tlm gpu-heldout donors`), before the tuner's first choices take them. A checkout without data/corpus has none, said once per process."""
     import sys
 
     from tlm.model.generate import generated
