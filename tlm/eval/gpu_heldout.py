@@ -186,6 +186,9 @@ def _cmd_candidates(args: argparse.Namespace) -> int:
     ranked = proposal_orders(args.proposals, args.cost_model, _proposal_tasks(args.proposals)) if args.cm_top else None
     exclude = named_programs(args.except_) if args.except_ else None
     path = write_candidates(Path(args.proposals), Path(args.out), args.workloads, slices, ranked, args.cm_top, exclude)
+    if args.label:  # one bundle holding several models' picks tells them apart by proposer
+        lines = [dict(json.loads(x), proposer=args.label) for x in path.read_text().splitlines()]
+        path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     print(f"{sum(1 for _ in path.open())} proposals in {path}")
     return 0
 
@@ -229,6 +232,7 @@ def register_cli(subparsers) -> None:
                    help="also the model's proposals the cost model ranks in its first N (TLM@N as the tuner measures)")
     q.add_argument("--except", dest="except_", default=None, metavar="FILE",
                    help="leave out the programs another candidates file names (a part measured apart)")
+    q.add_argument("--label", default=None, help="write the lines with this proposer name (e.g. tlm-cm: a model's picks)")
     q.add_argument("--out", required=True)
     q.set_defaults(func=_cmd_candidates)
     q = sub.add_parser("donors", help="the GPU donors a first choice would take, as candidates lines (measure them)")
