@@ -11,9 +11,9 @@
 #    and TLM@10g as the tuner measures with its cost model (`-tlmcm`: the cost model's top 10 of the
 #    32 samples, `tlm gpu-heldout candidates --cm-top 10`, then `tlm gpu ingest --only`);
 # 2. TLM@0 plans of the four workloads with the shipped models (the GPU cost model refit on that
-#    run's records), and dlight plans of resnet_50 and mobilenet_v2 again: the zoo's BatchNorm
-#    statistics are calibrated since, and the plans carry the CPU output they are checked against;
-#    bert_base's and gpt2's dlight plans from run -a are kept (results/gpu/bundles/plans-2026-12-04);
+#    run's records), and dlight plans of the four again (resnet_50's and mobilenet_v2's: the zoo's
+#    BatchNorm statistics are calibrated since, and the plans carry the CPU output they are checked
+#    against; all four: every whole-model figure of the table from the same call);
 # 3. the rest of bundle C (BUNDLE_C: training tasks of 20 more workloads, 571 tasks, 5,138 programs, of
 #    which run -a measured the first 2,072): `tlm gpu bundle --rest-of` builds the 3,066 left from the
 #    committed manifest's sentences and tasks (results/gpu/bundles/bundle-c), with no sampling and no
@@ -28,6 +28,14 @@
 #    ($CNN/bundle-heldout-W, `tlm gpu-heldout candidates`: mobilenet_v2 34 tasks, resnet_50 29) and a dlight
 #    plan whose functions name their tasks ($CNN/plans/W-dlight): the GPU machine measures the bundle, then
 #    puts each contender's picks into that plan and runs both (ASSEMBLE=, tlm.measure.plan_assemble).
+# 5. (before 4's calls, in the first call) zero-measurement picks of all 91 held-out tasks of the four
+#    workloads in one small bundle (PICKS, ~330 programs, ~40 s of the GPU): the shipped cost model's pick of
+#    the shipped GPU TLM's 32 samples (`tlm-cm`: TLM@0 as `tlm compile --budget 0` applies it; the CNNs'
+#    never measured), the GPU donors it would put first (`donor`: tlm.search.donors with the GPU shards,
+#    held back from first choices until measured) and the pick of the same TLM fine-tuned again on all 604 GPU
+#    training tasks (`tlm-ft604-cm`; FT604, `tlm finetune --base pretrained/tlm-ft-cuda-sm90 --db DB --target
+#    h100 h200 --per-task 1 --loss sentence --epochs 5 --seed 1`, DB: the corpus's GPU shards ingested),
+#    each against dlight's in the same call: `python bench/gpu_picks.py PICKS RUN --proposals ...`.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 TLM=${TLM:-.venv/bin/tlm}
@@ -38,6 +46,11 @@ HELDOUT_ALL=${HELDOUT_ALL:-results/gpu/bundles/bundle-heldout-all}  # its manife
 CNN=${CNN:-work/gpu5}
 CNN_WORKLOADS="mobilenet_v2-b1-i224 resnet_50-b1-i224"
 RUN_A=results/gpu/run-2026-12-04-h200-a
+FT604=${FT604:-work/gpu-lm3/ft604}
+FT604_PROPOSALS=${FT604_PROPOSALS:-work/gpu6/heldout-ft604}
+PICKS=${PICKS:-$DBS/bundle-heldout-picks}
+CM=pretrained/costmodel-cuda-sm90
+ALL4="bert_base-b1-s128 gpt2-b1-s128 resnet_50-b1-i224 mobilenet_v2-b1-i224"
 # Bundle C itself was `tlm gpu bundle --target h100 --per-task 12 --jobs 2 --task-seconds 30 --skip
 # results/gpu/bundles/bundle-a results/gpu/bundles/bundle-b --sources bert_base-b1-s256 gpt2-b1-s256
 # bert_medium-b1-s128 bert_large-b1-s128 llama-b1-s128 bert_base-b2-s128 gpt2-b2-s128 vit-b1-i224
@@ -65,7 +78,7 @@ if [ "${1:-}" != "--print" ]; then
       [ -f "$PLANS_DIR/$w-$p/plan.json" ] || $TLM gpu plan $w --target h200 --db "$DBS/db-$p" --out "$PLANS_DIR/$w-$p"
     done
   done
-  for w in resnet_50-b1-i224 mobilenet_v2-b1-i224; do
+  for w in $ALL4; do  # dlight's plans again in the same call: every whole-model figure from one machine
     [ -f "$PLANS_DIR/$w-dlight/plan.json" ] || $TLM gpu plan $w --target h100 --out "$PLANS_DIR/$w-dlight"
   done
   for w in bert_base-b1-s128 gpt2-b1-s128 resnet_50-b1-i224 mobilenet_v2-b1-i224; do
@@ -99,16 +112,31 @@ if [ "${1:-}" != "--print" ]; then
       $TLM gpu bundle --target h100 --jobs 2 --sources $w --hold-out none --candidates "$CNN/$w-rest.jsonl" --out "$b-rest"
     fi
   done
+  # 5. (the CNN proposals unpacked by 4)
+  if [ ! -f "$PICKS/manifest.json.gz" ]; then
+    [ -f "$FT604/tlm.json" ] || { echo "no $FT604 (the refit GPU TLM: see 5. above)" >&2; exit 1; }
+    $TLM gpu-heldout propose --target h100 --workloads $ALL4 --model "$FT604" --tlm 32 --metaschedule 0 --out "$FT604_PROPOSALS"
+    for P in "$DBS/heldout-tlm" "$CNN/heldout-cnn"; do
+      $TLM gpu-heldout candidates "$P" --tlm 0:0 --metaschedule 0:0 --cm-top 1 --cost-model $CM --label tlm-cm --out "$P-pick.jsonl"
+      $TLM gpu-heldout donors "$P" --cost-model $CM --out "$P-donors.jsonl"
+    done
+    $TLM gpu-heldout candidates "$FT604_PROPOSALS" --tlm 0:0 --metaschedule 0:0 --cm-top 1 --cost-model $CM \
+      --label tlm-ft604-cm --out "$FT604_PROPOSALS-pick.jsonl"
+    cat "$DBS/heldout-tlm-pick.jsonl" "$CNN/heldout-cnn-pick.jsonl" "$DBS/heldout-tlm-donors.jsonl" \
+      "$CNN/heldout-cnn-donors.jsonl" "$FT604_PROPOSALS-pick.jsonl" > "$DBS/picks.jsonl"
+    $TLM gpu bundle --target h100 --jobs 2 --sources $ALL4 --hold-out none --candidates "$DBS/picks.jsonl" --out "$PICKS"
+  fi
 fi
-du -sh "$BUNDLE_C" "$PLANS_DIR" 2>/dev/null || true
+du -sh "$BUNDLE_C" "$PLANS_DIR" "$PICKS" 2>/dev/null || true
 cat <<EOT
 Ready. The call (device tool, one command; check \`status\` first, and give_back if no second call follows):
   bash tools/device_tree.sh drop
-  run: command='PLANS="\$(ls -d $PLANS_DIR/*)" PLAN_SECONDS=60 PYTORCH=1 COMPILE=1 PYTORCH_SECONDS=200 BUDGET=560 bash bench/gpu_device.sh $BUNDLE_C:480 2>&1 | grep -v pow_by_natural'
-       carry=["$BUNDLE_C", "$PLANS_DIR"] timeout_s=600
+  run: command='PLANS="\$(ls -d $PLANS_DIR/*)" PLAN_SECONDS=60 PYTORCH=1 COMPILE=1 PYTORCH_SECONDS=200 BUDGET=560 bash bench/gpu_device.sh $PICKS:60 $BUNDLE_C:420 2>&1 | grep -v pow_by_natural'
+       carry=["$PICKS", "$BUNDLE_C", "$PLANS_DIR"] timeout_s=600
   bash tools/device_tree.sh restore
 Then, here: copy the call's files to results/gpu/run-<date>-<card>-<letter>/ (the card: status's device), and
   python bench/gpu_plans.py results/gpu/run-...            (bench/results/gpu-e2e.md)
+  python bench/gpu_picks.py $PICKS results/gpu/run-... --proposals $DBS/heldout-tlm $CNN/heldout-cnn --out bench/results/gpu-picks-<date>
   $TLM gpu ingest $BUNDLE_C results/gpu/run-... --db work/gpu/db --corpus data/corpus   (+ --card h200 on an H200)
   (copy the plans' manifests to results/gpu/bundles/plans-<date>/ as results/gpu/README.md says)
 
@@ -120,7 +148,7 @@ for w in $CNN_WORKLOADS; do
   echo "       carry=[\"$b\", \"$b-rest\", \"$CNN/plans/$w-dlight\", \"$CNN/$w-cm10.jsonl\"] timeout_s=600   (the tree dropped as above)"
 done
 cat <<EOT
-  (mobilenet_v2: 2,381 + 578 programs, resnet_50: 2,010 + 588; ~8.7 a second on run-2026-12-04-h200-a's card;
+  (mobilenet_v2: 2,574 + 382 programs, resnet_50: 2,185 + 402; ~8.7 a second on run-2026-12-04-h200-a's card;
   the -rest bundle, TLM's samples 10-32, gets what is left and may be cut: RESUME finishes it later)
 Then, here: python bench/gpu_plans.py RUN (TLM@10g against MetaSchedule@64g), and the held-out report of the
 bundle's tasks (B: the bundle): tlm gpu-heldout report B RUN --random B RUN --more B-rest RUN --proposals $CNN/heldout-cnn \
