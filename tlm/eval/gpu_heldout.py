@@ -262,7 +262,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
     import sys
 
     from tlm.eval.gpu_heldout_report import heldout_report, report_markdown
-
     from tlm.eval.gpu_ranked import cost_model_orders
 
     orders = cost_model_orders(args.bundle, args.cost_model, [b for b, _ in args.more]) if args.cost_model else None

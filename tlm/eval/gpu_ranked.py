@@ -5,8 +5,9 @@ Why TLM@10+cm: the tuner (tlm.search.tlm_tuner) does not measure the model's fir
 with a cost model it measures the n it ranks first among `TuneConfig.cm_pool` x n samples. The
 held-out benchmark proposes 32 samples a task (greedy first) and measures them all, so the cost
 model's top 10 of those 32 is what a tuner with 10 measurements a task would have measured, judged
-with no new GPU time. `ranked_candidates` writes them as a candidates file, which `tlm gpu ingest
---only` and `python -m tlm.measure.plan_assemble --only` read (the latter on the GPU machine, no TVM).
+with no new GPU time. `tlm gpu-heldout candidates --cm-top 10` writes them as a candidates file,
+which `tlm gpu ingest --only` and `python -m tlm.measure.plan_assemble --only` read (the latter on
+the GPU machine, no TVM).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def _order(model, task, sentences: list[str], target) -> list[int]:
             schs.append(prog.sch)
             ok.append(i)
     ranked = [ok[j] for j in model.rank(task, schs, target)] if len(schs) > 1 else ok
-    return ranked + [i for i in range(len(sentences)) if i not in set(ranked)]
+    done = set(ranked)
+    return ranked + [i for i in range(len(sentences)) if i not in done]
 
 
 def cost_model_orders(bundle: str | Path, cost_model: str | Path, more: list[str | Path] = ()) -> dict[str, list[int]]:
@@ -104,7 +106,8 @@ def donor_picks(proposals: str | Path, cost_model: str | Path, tasks: dict, k_ta
         counts["tasks"] += 1
         donors = donor_programs(task, target, index, k_tasks)
         mine = [prog.sch for s in p["sentences"] if (prog := parse(s, task, target)).error is None]
-        donors = [(d, prog, s) for d, prog, s in donors if s not in set(p["sentences"])]
+        own = set(p["sentences"])
+        donors = [(d, prog, s) for d, prog, s in donors if s not in own]
         if not donors or not mine:
             continue
         counts["with_donors"] += 1

@@ -310,7 +310,8 @@ def donor_samples(task, target, k_tasks: int, skip: set[str]) -> list:
     """The donor programs of `task` as the language model's samples are (tlm.model.generate.Generated,
     log-prob NaN: no model wrote them), none whose sentence is in `skip`; [] for k_tasks 0 and, for
     now, for a GPU target: GPU donors (`find` reads the GPU shards too) are judged on the held-out
-    GPU benchmark first (`tlm gpu-heldout donors`), before the tuner's first choices take them. A checkout without data/corpus has none, said once per process."""
+    GPU benchmark first (`tlm gpu-heldout donors`), before the tuner's first choices take them. A
+    checkout without data/corpus has none, said once per process."""
     import sys
 
     from tlm.model.generate import generated
