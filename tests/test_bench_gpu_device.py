@@ -48,3 +48,24 @@ def test_resume_seeds_the_runner_and_returns_only_new_lines(tmp_path: Path) -> N
     seeded = (tmp / "tlm-run/bundle-x/results.jsonl").read_text().splitlines()
     assert len(seeded) == 3 and seeded[0] == '{"t": "a", "k": 0}'  # the runner saw the earlier lines
     assert (out / "bundle-x-results.jsonl").read_text().splitlines() == ['{"t": "new", "k": 2}']
+
+
+def test_assemble_takes_a_number_as_first_and_a_path_as_only(tmp_path: Path) -> None:
+    """ASSEMBLE="NAME=PLAN:BUNDLE:PROPOSER[:FIRST|:FILE]": a number is --first, anything else
+    --only (a candidates file: the cost model's top 10); the stub records plan_assemble's arguments."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.txt"
+    _stub(bin_dir / "python3", f'#!/usr/bin/env bash\n[ "$2" = tlm.measure.plan_assemble ] && echo "$@" >> {log}\nexit 0\n')
+    _stub(bin_dir / "nvidia-smi", "#!/usr/bin/env bash\necho stub\n")
+    out, tmp = tmp_path / "out", tmp_path / "tmp"
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", OUT=str(out), PYTORCH="0", TMPDIR=str(tmp),
+               ASSEMBLE="w-tlm=p:b:tlm:10 w-tlmcm=p:b:tlm:work/w-cm10.jsonl w-all=p:b:metaschedule")
+    script = (ROOT / "bench/gpu_device.sh").read_text().replace("/tmp/tlm-", f"{tmp}/tlm-")
+    (tmp_path / "gpu_device.sh").write_text(script)
+    res = subprocess.run(["bash", str(tmp_path / "gpu_device.sh")], env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    calls = log.read_text().splitlines()
+    assert "--proposer tlm --first 10 --out" in calls[0]
+    assert "--proposer tlm --only work/w-cm10.jsonl --out" in calls[1]
+    assert "--proposer metaschedule --out" in calls[2] and "--first" not in calls[2] and "--only" not in calls[2]

@@ -35,7 +35,9 @@
 #    held back from first choices until measured) and the pick of the same TLM fine-tuned again on all 604 GPU
 #    training tasks (`tlm-ft604-cm`; FT604, `tlm finetune --base pretrained/tlm-ft-cuda-sm90 --db DB --target
 #    h100 h200 --per-task 1 --loss sentence --epochs 5 --seed 1`, DB: the corpus's GPU shards ingested),
-#    each against dlight's in the same call: `python bench/gpu_picks.py PICKS RUN --proposals ...`.
+#    and the shipped cost model's pick of 64 samples of the shipped TLM instead of 32 (`tlm-cm64`:
+#    `TuneConfig.pick_samples`), each against dlight's in the same call:
+#    `python bench/gpu_picks.py PICKS RUN --proposals ...`.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 TLM=${TLM:-.venv/bin/tlm}
@@ -48,6 +50,7 @@ CNN_WORKLOADS="mobilenet_v2-b1-i224 resnet_50-b1-i224"
 RUN_A=results/gpu/run-2026-12-04-h200-a
 FT604=${FT604:-work/gpu-lm3/ft604}
 FT604_PROPOSALS=${FT604_PROPOSALS:-work/gpu6/heldout-ft604}
+S64_PROPOSALS=${S64_PROPOSALS:-work/gpu6/heldout-s64}
 PICKS=${PICKS:-$DBS/bundle-heldout-picks}
 CM=pretrained/costmodel-cuda-sm90
 ALL4="bert_base-b1-s128 gpt2-b1-s128 resnet_50-b1-i224 mobilenet_v2-b1-i224"
@@ -122,8 +125,12 @@ if [ "${1:-}" != "--print" ]; then
     done
     $TLM gpu-heldout candidates "$FT604_PROPOSALS" --tlm 0:0 --metaschedule 0:0 --cm-top 1 --cost-model $CM \
       --label tlm-ft604-cm --out "$FT604_PROPOSALS-pick.jsonl"
+    $TLM gpu-heldout propose --target h100 --workloads $ALL4 --model pretrained/tlm-ft-cuda-sm90 --tlm 64 \
+      --metaschedule 0 --out "$S64_PROPOSALS"
+    $TLM gpu-heldout candidates "$S64_PROPOSALS" --tlm 0:0 --metaschedule 0:0 --cm-top 1 --cost-model $CM \
+      --label tlm-cm64 --out "$S64_PROPOSALS-pick.jsonl"
     cat "$DBS/heldout-tlm-pick.jsonl" "$CNN/heldout-cnn-pick.jsonl" "$DBS/heldout-tlm-donors.jsonl" \
-      "$CNN/heldout-cnn-donors.jsonl" "$FT604_PROPOSALS-pick.jsonl" > "$DBS/picks.jsonl"
+      "$CNN/heldout-cnn-donors.jsonl" "$FT604_PROPOSALS-pick.jsonl" "$S64_PROPOSALS-pick.jsonl" > "$DBS/picks.jsonl"
     $TLM gpu bundle --target h100 --jobs 2 --sources $ALL4 --hold-out none --candidates "$DBS/picks.jsonl" --out "$PICKS"
   fi
 fi
