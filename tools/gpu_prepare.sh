@@ -51,6 +51,7 @@ RUN_A=results/gpu/run-2026-12-04-h200-a
 FT604=${FT604:-work/gpu-lm3/ft604}
 FT604_PROPOSALS=${FT604_PROPOSALS:-work/gpu6/heldout-ft604}
 S64_PROPOSALS=${S64_PROPOSALS:-work/gpu6/heldout-s64}
+PICKS_COMMITTED=results/gpu/bundles/picks-2026-12-07/picks.jsonl.xz
 PICKS=${PICKS:-$DBS/bundle-heldout-picks}
 CM=pretrained/costmodel-cuda-sm90
 ALL4="bert_base-b1-s128 gpt2-b1-s128 resnet_50-b1-i224 mobilenet_v2-b1-i224"
@@ -115,7 +116,12 @@ if [ "${1:-}" != "--print" ]; then
       $TLM gpu bundle --target h100 --jobs 2 --sources $w --hold-out none --candidates "$CNN/$w-rest.jsonl" --out "$b-rest"
     fi
   done
-  # 5. (the CNN proposals unpacked by 4)
+  # 5. (the CNN proposals unpacked by 4); on another machine (no $FT604 there) the committed candidates
+  #    (the same programs) go into the bundle: the refit and the 64 samples are made again only with FT604
+  if [ ! -f "$PICKS/manifest.json.gz" ] && [ ! -f "$FT604/tlm.json" ] && [ -f "$PICKS_COMMITTED" ]; then
+    mkdir -p "$DBS" && xz -dc "$PICKS_COMMITTED" > "$DBS/picks.jsonl"
+    $TLM gpu bundle --target h100 --jobs 2 --sources $ALL4 --hold-out none --candidates "$DBS/picks.jsonl" --out "$PICKS"
+  fi
   if [ ! -f "$PICKS/manifest.json.gz" ]; then
     [ -f "$FT604/tlm.json" ] || { echo "no $FT604 (the refit GPU TLM: see 5. above)" >&2; exit 1; }
     $TLM gpu-heldout propose --target h100 --workloads $ALL4 --model "$FT604" --tlm 32 --metaschedule 0 --out "$FT604_PROPOSALS"
