@@ -120,9 +120,7 @@ if [ "${1:-}" != "--print" ]; then
   #    (the same programs) go into the bundle: the refit and the 64 samples are made again only with FT604
   if [ ! -f "$PICKS/manifest.json.gz" ] && [ ! -f "$FT604/tlm.json" ] && [ -f "$PICKS_COMMITTED" ]; then
     mkdir -p "$DBS" && xz -dc "$PICKS_COMMITTED" > "$DBS/picks.jsonl"
-    $TLM gpu bundle --target h100 --jobs 2 --sources $ALL4 --hold-out none --candidates "$DBS/picks.jsonl" --out "$PICKS"
-  fi
-  if [ ! -f "$PICKS/manifest.json.gz" ]; then
+  elif [ ! -f "$PICKS/manifest.json.gz" ]; then
     [ -f "$FT604/tlm.json" ] || { echo "no $FT604 (the refit GPU TLM: see 5. above)" >&2; exit 1; }
     $TLM gpu-heldout propose --target h100 --workloads $ALL4 --model "$FT604" --tlm 32 --metaschedule 0 --out "$FT604_PROPOSALS"
     for P in "$DBS/heldout-tlm" "$CNN/heldout-cnn"; do
@@ -137,8 +135,9 @@ if [ "${1:-}" != "--print" ]; then
       --label tlm-cm64 --out "$S64_PROPOSALS-pick.jsonl"
     cat "$DBS/heldout-tlm-pick.jsonl" "$CNN/heldout-cnn-pick.jsonl" "$DBS/heldout-tlm-donors.jsonl" \
       "$CNN/heldout-cnn-donors.jsonl" "$FT604_PROPOSALS-pick.jsonl" "$S64_PROPOSALS-pick.jsonl" > "$DBS/picks.jsonl"
-    $TLM gpu bundle --target h100 --jobs 2 --sources $ALL4 --hold-out none --candidates "$DBS/picks.jsonl" --out "$PICKS"
   fi
+  [ -f "$PICKS/manifest.json.gz" ] ||
+    $TLM gpu bundle --target h100 --jobs 2 --sources $ALL4 --hold-out none --candidates "$DBS/picks.jsonl" --out "$PICKS"
 fi
 du -sh "$BUNDLE_C" "$PLANS_DIR" "$PICKS" 2>/dev/null || true
 cat <<EOT

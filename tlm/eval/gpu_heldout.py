@@ -123,14 +123,15 @@ def propose(cfg: ProposeConfig, out: str | Path, progress: bool = True) -> Path:
 
 def write_candidates(out: Path, path: Path | None = None, workloads: list[str] | None = None,
                      slices: dict[str, tuple[int, int]] | None = None, ranked: dict[str, list[int]] | None = None,
-                     cm_top: int = 0, exclude: set[tuple[str, str]] | None = None) -> Path:
+                     cm_top: int = 0, exclude: set[tuple[str, str]] | None = None, label: str | None = None) -> Path:
     """DIR/candidates.jsonl (or `path`) from the proposals so far (tlm gpu bundle --candidates):
     those of `workloads`' tasks only (DIR/tasks.json's calls; None: all), each proposer's programs
     `slices[proposer]` = (start, stop) in proposal order (a proposer not named: all of them), so
     that one proposal run is measured in parts (TLM@10 and MetaSchedule@64 first, TLM@32 later).
     `ranked` (tlm.eval.gpu_ranked.proposal_orders) and `cm_top`: the model's proposals the cost
     model ranks in its first `cm_top` too (TLM@10+cm; kept in proposal order); `exclude`: (task,
-    sentence) pairs left out (another part's, tlm.measure.cuda_measure.named_programs)."""
+    sentence) pairs left out (another part's, tlm.measure.cuda_measure.named_programs); `label`: the
+    proposer name every line gets (one bundle holding several models' picks tells them apart by it)."""
     keep = None
     if workloads:
         calls = json.loads((out / "tasks.json").read_text())["calls"]
@@ -149,7 +150,7 @@ def write_candidates(out: Path, path: Path | None = None, workloads: list[str] |
             if ranked is None or p["task"] not in ranked:
                 raise TlmError(f"no cost-model order of task {p['task']}'s proposals")
             chosen |= set(ranked[p["task"]][:cm_top])
-        lines += [json.dumps({"task": p["task"], "proposer": p["proposer"], "sentence": s})
+        lines += [json.dumps({"task": p["task"], "proposer": label or p["proposer"], "sentence": s})
                   for i, s in enumerate(p["sentences"]) if i in chosen and (p["task"], s) not in (exclude or ())]
     path = Path(path or out / CANDIDATES)
     tmp = path.with_name(path.name + ".tmp")
@@ -185,10 +186,8 @@ def _cmd_candidates(args: argparse.Namespace) -> int:
 
     ranked = proposal_orders(args.proposals, args.cost_model, _proposal_tasks(args.proposals)) if args.cm_top else None
     exclude = named_programs(args.except_) if args.except_ else None
-    path = write_candidates(Path(args.proposals), Path(args.out), args.workloads, slices, ranked, args.cm_top, exclude)
-    if args.label:  # one bundle holding several models' picks tells them apart by proposer
-        lines = [dict(json.loads(x), proposer=args.label) for x in path.read_text().splitlines()]
-        path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    path = write_candidates(Path(args.proposals), Path(args.out), args.workloads, slices, ranked, args.cm_top, exclude,
+                            args.label)
     print(f"{sum(1 for _ in path.open())} proposals in {path}")
     return 0
 

@@ -63,15 +63,6 @@ def contenders(props: dict[str, list], rand: dict[str, list], ref: float | None,
     return row
 
 
-def cost_model_picks(bundle: str | Path, cost_model: str | Path, more: list[str | Path] = ()) -> dict[str, int]:
-    """Per task: which of the model's proposals (their index in proposal order) a cost model
-    trained on the corpus ranks first: a zero-measurement choice (what `--budget 0` does),
-    judged here by the proposals' measured times (tlm.eval.gpu_ranked.cost_model_orders)."""
-    from tlm.eval.gpu_ranked import cost_model_orders
-
-    return {h: order[0] for h, order in cost_model_orders(bundle, cost_model, more).items()}
-
-
 def heldout_report(bundle: str | Path, results: str | Path, random_bundle: str | Path, random_results: str | Path,
                    proposals: str | Path, orders: dict[str, list[int]] | None = None,
                    metaschedule: tuple[str | Path, str | Path] | None = None,

@@ -37,17 +37,32 @@ def _order(model, task, sentences: list[str], target) -> list[int]:
     return ranked + [i for i in range(len(sentences)) if i not in done]
 
 
+def _cost_model(target_config, cost_model: str | Path):
+    """(the target, the cost model loaded for it)."""
+    from tlm.graph.target import resolve_target
+    from tlm.search.costmodel import CostModel
+
+    target = resolve_target(target_config)
+    return target, CostModel.load(cost_model, target)
+
+
+def _tlm_proposals(proposals: Path, tasks: dict):
+    """(task, proposal record) of a propose folder's TLM proposals whose task is in `tasks` and that
+    has any sentence."""
+    for path in sorted((proposals / "proposals").glob("*-tlm.json")):
+        p = json.loads(path.read_text())
+        if p["task"] in tasks and p["sentences"]:
+            yield tasks[p["task"]], p
+
+
 def cost_model_orders(bundle: str | Path, cost_model: str | Path, more: list[str | Path] = ()) -> dict[str, list[int]]:
     """Per task of a held-out bundle: the model's measured proposals (their index in the order the
     report reads them: the bundle's, then each of `more`'s) as the cost model ranks them."""
-    from tlm.graph.target import resolve_target
     from tlm.measure.cuda_measure import read_manifest
     from tlm.measure.gpu_bundle import read_tasks
-    from tlm.search.costmodel import CostModel
 
     manifest = read_manifest(bundle)
-    target = resolve_target(manifest["target"])
-    model = CostModel.load(cost_model, target)
+    target, model = _cost_model(manifest["target"], cost_model)
     tasks = read_tasks(bundle)
     later: dict[str, list] = {}
     for b in more:
@@ -64,19 +79,9 @@ def cost_model_orders(bundle: str | Path, cost_model: str | Path, more: list[str
 def proposal_orders(proposals: str | Path, cost_model: str | Path, tasks: dict) -> dict[str, list[int]]:
     """Per task of a `tlm gpu-heldout propose` folder: its TLM proposals' indices (proposal order)
     as the cost model ranks them; `tasks`: hash -> Task (tlm.eval.gpu_heldout.heldout_tasks)."""
-    from tlm.graph.target import resolve_target
-    from tlm.search.costmodel import CostModel
-
     proposals = Path(proposals)
-    cfg = json.loads((proposals / "config.json").read_text())
-    target = resolve_target(cfg["target"])
-    model = CostModel.load(cost_model, target)
-    out: dict[str, list[int]] = {}
-    for path in sorted((proposals / "proposals").glob("*-tlm.json")):
-        p = json.loads(path.read_text())
-        if p["task"] in tasks and p["sentences"]:
-            out[p["task"]] = _order(model, tasks[p["task"]], p["sentences"], target)
-    return out
+    target, model = _cost_model(json.loads((proposals / "config.json").read_text())["target"], cost_model)
+    return {task.hash: _order(model, task, p["sentences"], target) for task, p in _tlm_proposals(proposals, tasks)}
 
 
 def donor_picks(proposals: str | Path, cost_model: str | Path, tasks: dict, k_tasks: int = 3) -> tuple[list[dict], dict]:
@@ -85,34 +90,25 @@ def donor_picks(proposals: str | Path, cost_model: str | Path, tasks: dict, k_ta
     folder, the cost model ranks the model's proposals and the donor programs together, and where a
     donor comes first it is a candidates line {task, proposer: "donor", sentence}, to be measured
     beside the proposals (the report's tlm@0+cm+donors). Returns the lines and counts."""
-    from tlm.graph.target import resolve_target
-    from tlm.search.costmodel import CostModel
     from tlm.search.donors import donor_programs, load_index
     from tlm.space.language import parse
 
     proposals = Path(proposals)
-    cfg = json.loads((proposals / "config.json").read_text())
-    target = resolve_target(cfg["target"])
-    model = CostModel.load(cost_model, target)
+    target, model = _cost_model(json.loads((proposals / "config.json").read_text())["target"], cost_model)
     index = load_index()
     if index is None:
         raise TlmError("no corpus (data/corpus): no donors")
     lines, counts = [], {"tasks": 0, "with_donors": 0, "donor_first": 0}
-    for path in sorted((proposals / "proposals").glob("*-tlm.json")):
-        p = json.loads(path.read_text())
-        task = tasks.get(p["task"])
-        if task is None or not p["sentences"]:
-            continue
+    for task, p in _tlm_proposals(proposals, tasks):
         counts["tasks"] += 1
-        donors = donor_programs(task, target, index, k_tasks)
         mine = [prog.sch for s in p["sentences"] if (prog := parse(s, task, target)).error is None]
         own = set(p["sentences"])
-        donors = [(d, prog, s) for d, prog, s in donors if s not in own]
+        donors = [(d, prog, s) for d, prog, s in donor_programs(task, target, index, k_tasks) if s not in own]
         if not donors or not mine:
             continue
         counts["with_donors"] += 1
         first = model.rank(task, mine + [prog.sch for _, prog, _ in donors], target)[0]
         if first >= len(mine):
             counts["donor_first"] += 1
-            lines.append({"task": p["task"], "proposer": "donor", "sentence": donors[first - len(mine)][2]})
+            lines.append({"task": task.hash, "proposer": "donor", "sentence": donors[first - len(mine)][2]})
     return lines, counts

@@ -49,18 +49,24 @@ def read_manifest(bundle: str | Path) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- files
-def named_programs(path: str | Path) -> set[tuple[str, str]]:
-    """(task hash, sentence) of each line of a candidates file (JSON lines {task, proposer,
-    sentence}, `tlm gpu-heldout candidates`): the programs an `--only FILE` keeps. Read here
-    rather than in tlm.measure.gpu_bundle, which needs TVM, because the GPU machine reads it."""
-    out = set()
+def read_candidates(path: str | Path) -> dict[str, list[dict[str, Any]]]:
+    """Proposed programs per task hash, in file order: JSON lines {task, proposer, sentence}
+    (`tlm gpu bundle --candidates`, `tlm gpu-heldout candidates`). Here rather than in
+    tlm.measure.gpu_bundle, which needs TVM, because the GPU machine reads them too (`--only`)."""
+    out: dict[str, list[dict[str, Any]]] = {}
     try:
         for line in Path(path).read_text().splitlines():
             if line.strip():
                 r = json.loads(line)
-                out.add((r["task"], r["sentence"]))
+                out.setdefault(r["task"], []).append({"proposer": r["proposer"], "sentence": r["sentence"]})
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise TlmError(f"unreadable candidates file {path}: {first_line(err)}") from None
+    return out
+
+
+def named_programs(path: str | Path) -> set[tuple[str, str]]:
+    """(task hash, sentence) of each program a candidates file names: what an `--only FILE` keeps."""
+    out = {(task, c["sentence"]) for task, cands in read_candidates(path).items() for c in cands}
     if not out:
         raise TlmError(f"{path} names no program")
     return out

@@ -38,7 +38,7 @@ from tlm.errors import TlmError, first_line
 from tlm.graph.target import TargetInfo, resolve_target
 from tlm.graph.tasks import Task
 from tlm.measure.cuda_build import CudaProgram, lower_cuda, rename_kernels, split_source
-from tlm.measure.cuda_measure import MANIFEST, sample_index
+from tlm.measure.cuda_measure import MANIFEST, read_candidates, sample_index
 
 BUNDLE_VERSION = 1
 REF_PREFIX = "ref_"
@@ -249,19 +249,6 @@ def write_entry(task: Task, progs: list[tuple[Any, str | None, CudaProgram, str]
 
 def _entries_dir(out: Path) -> Path:
     return out / "tasks"
-
-
-def read_candidates(path: str | Path) -> dict[str, list[dict[str, Any]]]:
-    """Proposed programs per task hash, in file order: JSON lines {task, proposer, sentence}."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    try:
-        for line in Path(path).read_text().splitlines():
-            if line.strip():
-                r = json.loads(line)
-                out.setdefault(r["task"], []).append({"proposer": r["proposer"], "sentence": r["sentence"]})
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise TlmError(f"unreadable candidates file {path}: {first_line(err)}") from None
-    return out
 
 
 def build_bundle(tasks: list[Task], cfg: BundleConfig, out: str | Path, progress: bool = True) -> dict[str, Any]:
