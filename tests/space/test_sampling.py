@@ -90,7 +90,7 @@ def test_other_version_or_target_is_refused(tmp_path, host, small_tasks):
 
 @pytest.mark.tvm
 def test_cli_sample(tmp_path, host, small_tasks, monkeypatch, capsys):
-    import tlm.graph.extract
+    import tlm.graph.sources
     from tlm import cli
 
     class FakeSet:
@@ -99,7 +99,8 @@ def test_cli_sample(tmp_path, host, small_tasks, monkeypatch, capsys):
                 raise TlmError("unknown workload bad")
             self.source, self.target, self.tasks = source, host, small_tasks[:2]
 
-    monkeypatch.setattr(tlm.graph.extract, "tasks_for_source", lambda source, target=None, refresh=False: FakeSet(source))
+    monkeypatch.setattr(tlm.graph.sources, "tasks_for_sources",
+                        lambda sources, target=None, jobs=None: [FakeSet(s) for s in sources])
     out = tmp_path / "out"
     assert cli.main(["sample", "tiny", "--per-task", "3", "--out", str(out), "--jobs", "1"]) == 0
     assert "programs/s" in capsys.readouterr().out

@@ -49,13 +49,13 @@ class ProposeConfig:
 def heldout_tasks(workloads: list[str], target) -> tuple[list, dict[str, dict[str, float]]]:
     """The distinct tasks of the workloads, largest (calls x flops) first, and per workload the
     calls of each task (its weight in that model)."""
-    from tlm.graph.extract import tasks_for_source
+    from tlm.graph.sources import tasks_for_sources
 
     by_hash: dict[str, Any] = {}
     calls: dict[str, dict[str, float]] = {}
-    for w in workloads:
+    for w, ts in zip(workloads, tasks_for_sources(workloads, target)):
         calls[w] = {}
-        for t in tasks_for_source(w, target=target).tasks:
+        for t in ts.tasks:
             calls[w][t.hash] = calls[w].get(t.hash, 0.0) + t.weight
             by_hash.setdefault(t.hash, t)
     tasks = sorted(by_hash.values(), key=lambda t: -max(c.get(t.hash, 0.0) for c in calls.values()) * t.flops)

@@ -23,3 +23,57 @@ def check_source(source: str) -> None:
     from tlm.graph.zoo import get_workload
 
     get_workload(source)
+
+
+def extract_jobs() -> int:
+    """Worker processes for extracting many sources: two where cores and memory allow (a large
+    model's import takes a few GB), else one."""
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        mem = 0
+    return 2 if (os.cpu_count() or 1) >= 2 and mem >= 16 * 2**30 else 1
+
+
+def _extract_in_child(job: tuple[str, dict]) -> str | None:
+    """Fill the task cache of one source in a spawned worker: None, or its error in one line."""
+    from tlm.errors import first_line
+    from tlm.graph.extract import tasks_for_source
+
+    source, config = job
+    try:
+        tasks_for_source(source, target=config)
+    except TlmError as err:
+        return str(err)
+    except Exception as err:  # noqa: BLE001 - the parent says it in one line
+        return f"task extraction failed: {first_line(err, last=False)}"
+    return None
+
+
+def tasks_for_sources(sources: list[str], target=None, jobs: int | None = None) -> list:
+    """`tlm.graph.extract.tasks_for_source` of each source (a TaskSet each, in order), where two or
+    more are not cached yet each of those extracted in a fresh process, `jobs` at a time (default
+    `extract_jobs()`).
+
+    Importing a model keeps its weights alive in the importing process for good (TVM 0.27's Relax
+    constants hold the PyTorch tensors through DLPack, and the imported module stays held from
+    outside Python, whatever `gc` does: ~0.4 GB per bert_base or gpt2 import, checked with torch
+    2.13), so extracting 46 workloads in one process grew to 16.6 GB. A worker gives it all back
+    when it exits; this process reads the cache the workers wrote. Kept out of `code_digest`: the
+    tasks are the same either way."""
+    from tlm.graph.extract import cached_tasks, tasks_for_source
+    from tlm.graph.target import resolve_target
+
+    info = resolve_target(target)
+    for source in sources:
+        check_source(source)
+    todo = list(dict.fromkeys(s for s in sources if cached_tasks(s, info) is None))
+    if len(todo) > 1:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")  # TVM and fork do not mix
+        with ctx.Pool(min(jobs or extract_jobs(), len(todo)), maxtasksperchild=1) as pool:
+            for source, err in zip(todo, pool.imap(_extract_in_child, [(s, info.config) for s in todo])):
+                if err is not None:
+                    raise TlmError(err if source in err else f"{source}: {err}")
+    return [tasks_for_source(s, target=info) for s in sources]

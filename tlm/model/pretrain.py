@@ -337,15 +337,11 @@ def pretrain(data: str | Path | list[str], out: str | Path, config: PretrainConf
 def _cmd_pretrain(args: argparse.Namespace) -> int:
     words: set[str] = set()
     if args.source:
-        from tlm.graph.extract import tasks_for_source
+        from tlm.graph.sources import tasks_for_sources
 
         for spec in args.target or [None]:  # the space words of every target the model serves
-            tasks, target = [], None
-            for source in args.source:
-                ts = tasks_for_source(source, target=spec)
-                target = target or ts.target
-                tasks.extend(ts.tasks)
-            words |= space_words(tasks, target)
+            sets = tasks_for_sources(args.source, spec)
+            words |= space_words([t for ts in sets for t in ts.tasks], sets[0].target)
     cfg = PretrainConfig(preset=args.preset, steps=args.steps, device=args.device, seed=args.seed,
                          batch_size=args.batch_size, lr=args.lr)
     res = pretrain(args.data, args.out, cfg, words=words, vocab_only=args.vocab_only)

@@ -242,7 +242,8 @@ def expand_sources(sources: list[str]) -> list[str]:
 
 def corpus_tasks(sources: list[str], hold_out: str = "none", target=None) -> tuple[list[Task], TargetInfo]:
     """Tasks of `sources`; with hold_out="test", minus every task of the held-out test workloads."""
-    from tlm.graph.extract import tasks_for_source, training_tasks
+    from tlm.graph.extract import training_tasks
+    from tlm.graph.sources import tasks_for_sources
     from tlm.graph.target import resolve_target
     from tlm.graph.zoo import list_workloads
 
@@ -250,13 +251,11 @@ def corpus_tasks(sources: list[str], hold_out: str = "none", target=None) -> tup
     target = resolve_target(target)
     if hold_out == "test":
         tests = [w.name for w in list_workloads("test")]
+        tasks_for_sources([*tests, *sources], target)  # extracted in workers: see there
         return training_tasks(sources, tests, target), target
     if hold_out != "none":
         raise TlmError(f"unknown --hold-out {hold_out!r} (choose test or none)")
-    tasks: list[Task] = []
-    for source in sources:
-        tasks.extend(tasks_for_source(source, target=target).tasks)
-    return tasks, target
+    return [t for ts in tasks_for_sources(sources, target) for t in ts.tasks], target
 
 
 def _cmd_sample(args: argparse.Namespace) -> int:
