@@ -36,8 +36,10 @@
 #    training tasks (`tlm-ft604-cm`; FT604, `tlm finetune --base pretrained/tlm-ft-cuda-sm90 --db DB --target
 #    h100 h200 --per-task 1 --loss sentence --epochs 5 --seed 1`, DB: the corpus's GPU shards ingested),
 #    and the shipped cost model's pick of 64 samples of the shipped TLM instead of 32 (`tlm-cm64`:
-#    `TuneConfig.pick_samples`), each against dlight's in the same call:
-#    `python bench/gpu_picks.py PICKS RUN --proposals ...`.
+#    `TuneConfig.pick_samples`), and the pick of a GPU TLM pretrained on 2.3x the sentences (B2:
+#    data/pretrain/cuda-h100 beside the bundles, `PRETRAIN_EXTRA=... bash tools/train_gpu_models.sh`,
+#    fine-tuned from its base on all 604 tasks, 10 epochs; `tlm-b2-cm`), each against dlight's in the
+#    same call (PICKS_COMMITTED: 373 programs): `python bench/gpu_picks.py PICKS RUN --proposals ...`.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 TLM=${TLM:-.venv/bin/tlm}
@@ -51,7 +53,9 @@ RUN_A=results/gpu/run-2026-12-04-h200-a
 FT604=${FT604:-work/gpu-lm3/ft604}
 FT604_PROPOSALS=${FT604_PROPOSALS:-work/gpu6/heldout-ft604}
 S64_PROPOSALS=${S64_PROPOSALS:-work/gpu6/heldout-s64}
-PICKS_COMMITTED=results/gpu/bundles/picks-2026-12-07/picks.jsonl.xz
+B2=${B2:-work/gpu-lm4/ft}
+B2_PROPOSALS=${B2_PROPOSALS:-work/gpu6/heldout-b2}
+PICKS_COMMITTED=results/gpu/bundles/picks-2026-12-07b/picks.jsonl.xz  # picks-2026-12-07's 283 and tlm-b2-cm's
 PICKS=${PICKS:-$DBS/bundle-heldout-picks}
 CM=pretrained/costmodel-cuda-sm90
 ALL4="bert_base-b1-s128 gpt2-b1-s128 resnet_50-b1-i224 mobilenet_v2-b1-i224"
@@ -116,12 +120,12 @@ if [ "${1:-}" != "--print" ]; then
       $TLM gpu bundle --target h100 --jobs 2 --sources $w --hold-out none --candidates "$CNN/$w-rest.jsonl" --out "$b-rest"
     fi
   done
-  # 5. (the CNN proposals unpacked by 4); on another machine (no $FT604 there) the committed candidates
-  #    (the same programs) go into the bundle: the refit and the 64 samples are made again only with FT604
-  if [ ! -f "$PICKS/manifest.json.gz" ] && [ ! -f "$FT604/tlm.json" ] && [ -f "$PICKS_COMMITTED" ]; then
+  # 5. (the CNN proposals unpacked by 4); the committed candidates go into the bundle; without them they
+  #    are made again from the models (FT604 and B2, which only the machine that trained them has)
+  if [ ! -f "$PICKS/manifest.json.gz" ] && [ -f "$PICKS_COMMITTED" ]; then
     mkdir -p "$DBS" && xz -dc "$PICKS_COMMITTED" > "$DBS/picks.jsonl"
   elif [ ! -f "$PICKS/manifest.json.gz" ]; then
-    [ -f "$FT604/tlm.json" ] || { echo "no $FT604 (the refit GPU TLM: see 5. above)" >&2; exit 1; }
+    [ -f "$FT604/tlm.json" ] && [ -f "$B2/tlm.json" ] || { echo "no $FT604 or $B2 (the GPU TLMs of 5. above)" >&2; exit 1; }
     $TLM gpu-heldout propose --target h100 --workloads $ALL4 --model "$FT604" --tlm 32 --metaschedule 0 --out "$FT604_PROPOSALS"
     for P in "$DBS/heldout-tlm" "$CNN/heldout-cnn"; do
       $TLM gpu-heldout candidates "$P" --tlm 0:0 --metaschedule 0:0 --cm-top 1 --cost-model $CM --label tlm-cm --out "$P-pick.jsonl"
@@ -133,8 +137,12 @@ if [ "${1:-}" != "--print" ]; then
       --metaschedule 0 --out "$S64_PROPOSALS"
     $TLM gpu-heldout candidates "$S64_PROPOSALS" --tlm 0:0 --metaschedule 0:0 --cm-top 1 --cost-model $CM \
       --label tlm-cm64 --out "$S64_PROPOSALS-pick.jsonl"
+    $TLM gpu-heldout propose --target h100 --workloads $ALL4 --model "$B2" --tlm 32 --metaschedule 0 --out "$B2_PROPOSALS"
+    $TLM gpu-heldout candidates "$B2_PROPOSALS" --tlm 0:0 --metaschedule 0:0 --cm-top 1 --cost-model $CM \
+      --label tlm-b2-cm --out "$B2_PROPOSALS-pick.jsonl"
     cat "$DBS/heldout-tlm-pick.jsonl" "$CNN/heldout-cnn-pick.jsonl" "$DBS/heldout-tlm-donors.jsonl" \
-      "$CNN/heldout-cnn-donors.jsonl" "$FT604_PROPOSALS-pick.jsonl" "$S64_PROPOSALS-pick.jsonl" > "$DBS/picks.jsonl"
+      "$CNN/heldout-cnn-donors.jsonl" "$FT604_PROPOSALS-pick.jsonl" "$S64_PROPOSALS-pick.jsonl" \
+      "$B2_PROPOSALS-pick.jsonl" > "$DBS/picks.jsonl"
   fi
   [ -f "$PICKS/manifest.json.gz" ] ||
     $TLM gpu bundle --target h100 --jobs 2 --sources $ALL4 --hold-out none --candidates "$DBS/picks.jsonl" --out "$PICKS"
