@@ -1,4 +1,5 @@
-"""What a command's SOURCE argument names, checked before anything is imported.
+"""What a command's SOURCE argument names, checked before anything is imported; the tasks of many
+sources, each extracted in a worker process (`tasks_for_sources`).
 
 Kept out of `tlm.graph.extract.code_digest` (which keys the task caches and the corpus' task
 archive, `tlm.search.collect.tasks_archive`): it decides nothing about the tasks extracted.
@@ -55,10 +56,10 @@ def tasks_for_sources(sources: list[str], target=None, jobs: int | None = None) 
     more are not cached yet each of those extracted in a fresh process, `jobs` at a time (default
     `extract_jobs()`).
 
-    Importing a model keeps its weights alive in the importing process for good (TVM 0.27's Relax
-    constants hold the PyTorch tensors through DLPack, and the imported module stays held from
-    outside Python, whatever `gc` does: ~0.4 GB per bert_base or gpt2 import, checked with torch
-    2.13), so extracting 46 workloads in one process grew to 16.6 GB. A worker gives it all back
+    Importing a model keeps its weights alive in the importing process for good (TVM 0.27's
+    PyTorch importer wraps the weights through DLPack, and after `gc` no Python object refers to
+    the tensors that stay: ~0.4 GB per bert_base or gpt2 import, checked with torch 2.13), so
+    extracting 46 workloads in one process grew to 16.6 GB. A worker gives it all back
     when it exits; this process reads the cache the workers wrote. Kept out of `code_digest`: the
     tasks are the same either way."""
     from tlm.graph.extract import cached_tasks, tasks_for_source
@@ -70,9 +71,14 @@ def tasks_for_sources(sources: list[str], target=None, jobs: int | None = None) 
     todo = list(dict.fromkeys(s for s in sources if cached_tasks(s, info) is None))
     if len(todo) > 1:
         import multiprocessing
+        import sys
+
+        n = min(jobs or extract_jobs(), len(todo))
+        print(f"tlm: extracting the tasks of {len(todo)} sources ({n} at a time, each in its own process)",
+              file=sys.stderr)
 
         ctx = multiprocessing.get_context("spawn")  # TVM and fork do not mix
-        with ctx.Pool(min(jobs or extract_jobs(), len(todo)), maxtasksperchild=1) as pool:
+        with ctx.Pool(n, maxtasksperchild=1) as pool:
             for source, err in zip(todo, pool.imap(_extract_in_child, [(s, info.config) for s in todo])):
                 if err is not None:
                     raise TlmError(err if source in err else f"{source}: {err}")
