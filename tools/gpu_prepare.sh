@@ -29,7 +29,7 @@
 #    plan whose functions name their tasks ($CNN/plans/W-dlight): the GPU machine measures the bundle, then
 #    puts each contender's picks into that plan and runs both (ASSEMBLE=, tlm.measure.plan_assemble).
 # 5. (before 4's calls, in the first call) zero-measurement picks of all 91 held-out tasks of the four
-#    workloads in one small bundle (PICKS, 283 programs, ~40 s of the GPU): the shipped cost model's pick of
+#    workloads in one small bundle (PICKS, 371 programs, ~50 s of the GPU): the shipped cost model's pick of
 #    the shipped GPU TLM's 32 samples (`tlm-cm`: TLM@0 as `tlm compile --budget 0` applies it; the CNNs'
 #    never measured), the GPU donors it would put first (`donor`: tlm.search.donors with the GPU shards,
 #    held back from first choices until measured) and the pick of the same TLM fine-tuned again on all 604 GPU
@@ -39,7 +39,7 @@
 #    `TuneConfig.pick_samples`), and the pick of a GPU TLM pretrained on 2.3x the sentences (B2:
 #    data/pretrain/cuda-h100 beside the bundles, `PRETRAIN_EXTRA=... bash tools/train_gpu_models.sh`,
 #    fine-tuned from its base on all 604 tasks, 10 epochs; `tlm-b2-cm`), each against dlight's in the
-#    same call (PICKS_COMMITTED: 373 programs): `python bench/gpu_picks.py PICKS RUN --proposals ...`.
+#    same call (PICKS_COMMITTED: 379 lines, 371 programs built): `python bench/gpu_picks.py PICKS RUN --proposals ...`.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 TLM=${TLM:-.venv/bin/tlm}
