@@ -23,13 +23,12 @@ TLM=${TLM:-.venv/bin/tlm}
 W=${1:-work/gpu-lm}
 # bundle-c: the committed manifest (5,138 programs; the shipped base read the 5,105 of the bundle as
 # first built in work/gpu2/bundle-c, which a fresh clone has not)
-BUNDLES="results/gpu/bundles/bundle-a results/gpu/bundles/bundle-b results/gpu/bundles/bundle-c"
-BUNDLES="$BUNDLES ${PRETRAIN_EXTRA:-}"
+DATA="results/gpu/bundles/bundle-a results/gpu/bundles/bundle-b results/gpu/bundles/bundle-c ${PRETRAIN_EXTRA:-}"
 mkdir -p "$W/corpus"
 ln -sfn "$PWD/data/corpus/cuda-h100" "$W/corpus/cuda-h100"
 ln -sfn "$PWD/data/corpus/cuda-h200" "$W/corpus/cuda-h200"
 [ -f "$W/base/tokenizer.json" ] ||
-  $TLM pretrain --vocab-only --data $BUNDLES --out "$W/base" --target h100 \
+  $TLM pretrain --vocab-only --data $DATA --out "$W/base" --target h100 \
     --source bert_base-b1-s128 gpt2-b1-s128 resnet_50-b1-i224 mobilenet_v2-b1-i224
 $TLM pretrain --data "$W/base/corpus.json.xz" --out "$W/base" --preset small --steps 3000 --batch-size 64 --device cpu
 [ -f "$W/costmodel-cuda/costmodel-meta.json" ] ||

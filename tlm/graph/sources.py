@@ -68,7 +68,8 @@ def tasks_for_sources(sources: list[str], target=None, jobs: int | None = None) 
     info = resolve_target(target)
     for source in sources:
         check_source(source)
-    todo = list(dict.fromkeys(s for s in sources if cached_tasks(s, info) is None))
+    got = {s: cached_tasks(s, info) for s in dict.fromkeys(sources)}  # each cache read once
+    todo = [s for s, ts in got.items() if ts is None]
     if len(todo) > 1:
         import multiprocessing
         import sys
@@ -76,10 +77,11 @@ def tasks_for_sources(sources: list[str], target=None, jobs: int | None = None) 
         n = min(jobs or extract_jobs(), len(todo))
         print(f"tlm: extracting the tasks of {len(todo)} sources ({n} at a time, each in its own process)",
               file=sys.stderr)
-
         ctx = multiprocessing.get_context("spawn")  # TVM and fork do not mix
         with ctx.Pool(n, maxtasksperchild=1) as pool:
             for source, err in zip(todo, pool.imap(_extract_in_child, [(s, info.config) for s in todo])):
                 if err is not None:
                     raise TlmError(err if source in err else f"{source}: {err}")
-    return [tasks_for_source(s, target=info) for s in sources]
+    for s in todo:  # read from the cache the workers wrote (or, for a single one, extracted here)
+        got[s] = tasks_for_source(s, target=info)
+    return [got[s] for s in sources]
