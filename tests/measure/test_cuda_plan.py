@@ -150,6 +150,16 @@ def test_compile_only_and_launch_limits(tmp_path, monkeypatch):
     d2, _, _ = _plan(tmp_path / "big", block=2048)
     res = run(d2, tmp_path / "r2", measure=False, jobs=1, log=lambda *_: None)
     assert "cannot launch" in res["compile_errors"]["add"] and "did not compile" in res["error"]
+    # compiled ahead (tlm gpu precompile): the same, and no nvcc runs (here: none could, it is gone)
+    from tlm.measure.precompile import precompile
+
+    precompile([d, d2], jobs=1, log=lambda *_: None, progress=False)
+    monkeypatch.setattr("tlm.measure.nvcc.require_toolkit", lambda: (_ for _ in ()).throw(AssertionError("nvcc ran")))
+    res = run(d, tmp_path / "r3", measure=False, jobs=1, log=lambda *_: None)
+    assert res["error"] is None and res["compiled_ahead"] == len(json.loads((d / "plan.json").read_text())["functions"])
+    assert res["compile_cpu_s"] == 0
+    res = run(d2, tmp_path / "r4", measure=False, jobs=1, log=lambda *_: None)
+    assert "cannot launch" in res["compile_errors"]["add"] and res["compiled_ahead"] == 1
 
 
 @needs_nvcc

@@ -6,6 +6,7 @@ and saying so); everything before and after it runs on this machine.
 
 import json
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -217,6 +218,66 @@ def test_bundle_compiles_here(bundle, tmp_path):
         for c in entry["candidates"]:
             f = r["files"][str(c["id"])]
             assert all(c["prefix"] + k["name"] in f["resources"] for k in c["kernels"])
+
+
+def test_cubins_compiled_ahead_are_what_the_runner_takes(bundle, tmp_path):
+    """`tlm gpu precompile`: every file of the bundle compiled here, kept beside it; the runner then
+    runs no nvcc and hands the measuring process the same resources as compiling there would."""
+    import shutil
+
+    from tlm.measure.cuda_runner import compile_file, run
+    from tlm.measure.nvcc import find_toolkit
+    from tlm.measure.precompile import ahead_paths, precompile, sources_of
+
+    if find_toolkit() is None:
+        pytest.skip("no nvcc: pip install -e '.[cuda]'")
+    src_bundle, _, manifest = bundle
+    b = tmp_path / "b"
+    shutil.copytree(src_bundle, b)
+    arch, srcs = sources_of(b)
+    assert arch == manifest["arch"] and len(srcs) == sum(len(e["groups"]) + 1 for e in manifest["tasks"])
+    res = precompile([b], jobs=2, log=lambda *_: None, progress=False)
+    assert res["folders"][str(b)] == {"files": len(srcs), "compiled": len(srcs), "errors": 0}
+    assert all(p.exists() for s in srcs for p in ahead_paths(s))
+    again = precompile([b], jobs=2, log=lambda *_: None, progress=False)  # resumes: nothing left
+    assert again["folders"][str(b)]["compiled"] == 0
+    summary = run(b, tmp_path / "r", seconds=600, jobs=2, hang_seconds=30, log=lambda *_: None, measure=False)
+    assert summary["compiled_ahead"] == len(srcs) and summary["compile_cpu_s"] == 0 and summary["compile_errors"] == 0
+    ready = [json.loads(x) for x in (tmp_path / "r" / "work" / "ready.jsonl").read_text().splitlines()][:-1]
+    first = ready[0]["files"]["0"]
+    fresh = compile_file(str(srcs[0]), str(tmp_path / "fresh.cubin"), arch, ahead=False)
+    assert Path(first["cubin"]).exists() and first["resources"] == fresh["resources"]
+    assert Path(first["cubin"]).read_bytes() == (tmp_path / "fresh.cubin").read_bytes()
+
+
+def test_a_cubin_ahead_is_taken_only_for_its_own_source_and_arch(tmp_path):
+    """Unit test of the bookkeeping, no nvcc (the files are made up): a changed source, another arch,
+    a cubin without its json (a run killed between the two writes) or a timeout is compiled again."""
+    import hashlib
+    import lzma
+
+    from tlm.measure.precompile import ahead_paths, precompiled
+
+    src = tmp_path / "src" / "t-g0.cu.xz"
+    src.parent.mkdir()
+    src.write_bytes(lzma.compress(b"extern \"C\" __global__ void k() {}"))
+    meta_path, cubin_xz = ahead_paths(src)
+    assert meta_path == tmp_path / "cubin" / "t-g0.json" and cubin_xz == tmp_path / "cubin" / "t-g0.cubin.xz"
+    assert precompiled(src, "sm_90a") is None
+    meta_path.parent.mkdir()
+    cubin_xz.write_bytes(lzma.compress(b"not a real cubin"))
+    assert precompiled(src, "sm_90a") is None  # the json is written last: not finished
+    sha = hashlib.sha256(src.read_bytes()).hexdigest()
+    meta_path.write_text(json.dumps({"arch": "sm_90a", "sha256": sha, "resources": {"k": {"registers": 8}}}))
+    assert precompiled(src, "sm_90a") == {"resources": {"k": {"registers": 8}}, "cubin_xz": str(cubin_xz)}
+    assert precompiled(src, "sm_80") is None
+    meta_path.write_text(json.dumps({"arch": "sm_90a", "sha256": sha, "error": "ptxas: too much shared memory"}))
+    assert precompiled(src, "sm_90a") == {"error": "ptxas: too much shared memory"}
+    meta_path.write_text(json.dumps({"arch": "sm_90a", "sha256": sha, "error": "nvcc timed out after 600 s"}))
+    assert precompiled(src, "sm_90a") is None
+    meta_path.write_text(json.dumps({"arch": "sm_90a", "sha256": sha, "resources": {}}))
+    src.write_bytes(lzma.compress(b"// another program"))
+    assert precompiled(src, "sm_90a") is None
 
 
 def test_a_kept_bundle_tells_its_tasks_by_its_manifest(bundle, tmp_path):

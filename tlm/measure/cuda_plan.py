@@ -313,6 +313,7 @@ def run(plan_dir: Path, out: Path, seconds: float = 420.0, jobs: int = 4, measur
     compiled = compile_plan(plan, plan_dir, work, jobs)
     result["compile_s"] = round(time.perf_counter() - t0, 2)
     result["compile_cpu_s"] = round(sum(c["seconds"] for c in compiled.values()), 2)
+    result["compiled_ahead"] = sum(bool(c.get("ahead")) for c in compiled.values())  # tlm gpu precompile
     bad = {n: c["error"] for n, c in compiled.items() if "error" in c}
     result["compile_errors"] = bad
     if bad:

@@ -2,6 +2,7 @@
 
     tlm gpu bundle --target h200 --sources ... --out BUNDLE     (here, no GPU: tlm.measure.gpu_bundle)
     tlm gpu bundle --target h100 --rest-of BUNDLE RUN... --out B (what RUNs left of BUNDLE, no sampling)
+    tlm gpu precompile BUNDLE|PLAN ... [--jobs N]               (here: cubins carried along, tlm.measure.precompile)
     tlm gpu run BUNDLE --out RESULTS [--seconds S]              (on the GPU machine: tlm.measure.cuda_runner)
     tlm gpu ingest BUNDLE RESULTS [--corpus data/corpus]        (here: tlm.measure.gpu_ingest)
     tlm gpu plan WORKLOAD --target h100 --out PLAN              (here: tlm.compiler.gpu_plan, a whole model)
@@ -13,6 +14,7 @@ and `python -m tlm.measure.cuda_plan PLAN --out RESULTS` runs a plan.
 from __future__ import annotations
 
 import argparse
+import os
 
 
 def _cmd_bundle(args: argparse.Namespace) -> int:
@@ -77,6 +79,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return cuda_runner.main(argv)
 
 
+def _cmd_precompile(args: argparse.Namespace) -> int:
+    from tlm.measure.precompile import precompile
+
+    res = precompile(args.folders, jobs=args.jobs)
+    now = sum(n["compiled"] for n in res["folders"].values())
+    before = sum(n["files"] for n in res["folders"].values()) - now
+    print(f"{now} files compiled ahead now in {res['seconds']} s ({res['nvcc']}), {before} before")
+    return 0
+
+
 def _cmd_ingest(args: argparse.Namespace) -> int:
     from tlm.errors import TlmError
     from tlm.measure.gpu_ingest import ingest_results
@@ -104,6 +116,11 @@ def register_cli(sub) -> None:
     p.add_argument("--hang-seconds", type=float, default=30.0)
     p.add_argument("--compile-only", action="store_true", help="compile and check resources only (no GPU)")
     p.set_defaults(func=_cmd_run)
+    p = gsub.add_parser("precompile", help="compile bundles' and plans' CUDA C to cubins here, carried with them "
+                                           "so that the GPU machine only times (needs the `cuda` extra)")
+    p.add_argument("folders", nargs="+", metavar="FOLDER", help="a bundle (tlm gpu bundle) or a plan (tlm gpu plan)")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="nvcc processes (default: all cores)")
+    p.set_defaults(func=_cmd_precompile)
     p = gsub.add_parser("ingest", help="measured results into the work database and the corpus's shards")
     p.add_argument("bundle")
     p.add_argument("results", help="the run's --out folder")

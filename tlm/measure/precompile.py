@@ -1,0 +1,134 @@
+"""Compile ahead: a bundle's or a plan's CUDA C -> cubins here (no GPU needed), carried with it, so
+that the GPU machine's minutes time programs instead of running nvcc (issue 49: a run there was
+compile-bound, 14 nvcc processes busy for the whole run at ~8 programs a second).
+
+    tlm gpu precompile FOLDER ... [--jobs N]      (FOLDER: a bundle or a plan)
+
+Each source `FOLDER/src/X.cu.xz` gets `FOLDER/cubin/X.json` (what nvcc and ptxas said: the
+kernels' resources or the error; the source's sha256, the arch, the nvcc that made it) and, when
+it compiled, `FOLDER/cubin/X.cubin.xz`. The json is written last and each write is atomic, so a
+run killed anywhere resumes with what it finished. `tlm.measure.cuda_runner.compile_file` (the
+bundle runner's and the plan runner's compilation) takes the cubin from there when the source's
+digest and the arch match, and runs nvcc only for what is missing; the runners count the files
+they took ahead in their summaries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import lzma
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from tlm.errors import TlmError
+
+AHEAD_DIR = "cubin"
+
+
+def ahead_paths(src: str | Path) -> tuple[Path, Path]:
+    """(json, cubin.xz) beside `FOLDER/src/X.cu.xz`: `FOLDER/cubin/X.json`, `FOLDER/cubin/X.cubin.xz`."""
+    src = Path(src)
+    stem = src.name[: -len(".cu.xz")] if src.name.endswith(".cu.xz") else src.stem
+    d = src.parent.parent / AHEAD_DIR
+    return d / f"{stem}.json", d / f"{stem}.cubin.xz"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def precompiled(src: str | Path, arch: str) -> dict[str, Any] | None:
+    """What compiling `src` ahead gave ({"resources": ..., "cubin_xz": path} or {"error": ...}), or
+    None when it was not compiled ahead for this arch and this very source (or timed out then)."""
+    meta_path, cubin_xz = ahead_paths(src)
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError):
+        return None
+    if meta.get("arch") != arch or meta.get("sha256") != _digest(Path(src)):
+        return None
+    if "error" in meta:
+        return None if "timed out" in meta["error"] else {"error": meta["error"]}
+    if not cubin_xz.exists():
+        return None
+    return {"resources": meta["resources"], "cubin_xz": str(cubin_xz)}
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def compile_ahead(src: str, arch: str, nvcc: str) -> dict[str, Any]:
+    """One source -> its cubin.xz and json (in a pool worker); the json's fields."""
+    from tlm.measure.cuda_runner import compile_file
+
+    meta_path, cubin_xz = ahead_paths(src)
+    meta_path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="tlm-ahead-") as tmp:
+        res = compile_file(src, str(Path(tmp) / "k.cubin"), arch, ahead=False)
+        if "cubin" in res:
+            _write_atomic(cubin_xz, lzma.compress(Path(res["cubin"]).read_bytes()))
+    meta = {"arch": arch, "sha256": _digest(Path(src)), "nvcc": nvcc, "seconds": res["seconds"]}
+    meta.update({"error": res["error"]} if "error" in res else {"resources": res["resources"]})
+    _write_atomic(meta_path, json.dumps(meta).encode())
+    return meta
+
+
+def sources_of(folder: str | Path) -> tuple[str, list[Path]]:
+    """(arch, CUDA C files) of a bundle (its manifest) or a plan (plan.json)."""
+    from tlm.measure.cuda_measure import MANIFEST, read_manifest
+
+    folder = Path(folder)
+    if (folder / MANIFEST).exists():
+        manifest = read_manifest(folder)
+        srcs = [g["src"] for e in manifest["tasks"] for g in e.get("groups", [])]
+        srcs += [e["ref"]["src"] for e in manifest["tasks"] if e.get("ref")]
+        return manifest["arch"], [folder / s for s in dict.fromkeys(srcs)]
+    if (folder / "plan.json").exists():
+        plan = json.loads((folder / "plan.json").read_text())
+        return plan["arch"], [folder / f["src"] for f in plan["functions"].values()]
+    raise TlmError(f"{folder}: not a GPU bundle ({MANIFEST}) or plan (plan.json)")
+
+
+def nvcc_version(nvcc: str) -> str:
+    """`nvcc --version`'s last line (e.g. 'Build cuda_13.0.r13.0/compiler.36424714_0')."""
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout.strip()
+    return out.splitlines()[-1] if out else "unknown"
+
+
+def precompile(folders: list[str | Path], jobs: int = 2, log: Callable[[str], None] = print,
+               progress: bool = True) -> dict[str, Any]:
+    """Compile every source of the folders not compiled ahead yet; a one-line account per folder."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tlm.measure.nvcc import require_toolkit
+
+    found = [(Path(f), *sources_of(f)) for f in folders]  # every folder read before nvcc runs
+    nvcc = nvcc_version(require_toolkit().nvcc)
+    todo = [(str(s), arch, str(f)) for f, arch, srcs in found for s in srcs if precompiled(s, arch) is None]
+    start = time.perf_counter()
+    per: dict[str, dict[str, int]] = {str(f): {"files": len(s), "compiled": 0, "errors": 0} for f, _, s in found}
+    bar = Progress(TextColumn("[bold]nvcc ahead"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   disable=not progress)
+    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool, bar:
+        task = bar.add_task("nvcc", total=len(todo))
+        futures = {pool.submit(compile_ahead, src, arch, nvcc): folder for src, arch, folder in todo}
+        for fut in as_completed(futures):
+            meta = fut.result()
+            per[futures[fut]]["compiled"] += 1
+            per[futures[fut]]["errors"] += "error" in meta
+            bar.advance(task)
+    for folder, n in per.items():
+        log(f"{folder}: {n['files']} files, {n['compiled']} compiled now ({n['errors']} refused by nvcc/ptxas), "
+            f"{n['files'] - n['compiled']} compiled before")
+    return {"folders": per, "seconds": round(time.perf_counter() - start, 1), "nvcc": nvcc}
