@@ -59,6 +59,10 @@ PICKS_COMMITTED=results/gpu/bundles/picks-2026-12-07b/picks.jsonl.xz  # picks-20
 PICKS=${PICKS:-$DBS/bundle-heldout-picks}
 CM=pretrained/costmodel-cuda-sm90
 ALL4="bert_base-b1-s128 gpt2-b1-s128 resnet_50-b1-i224 mobilenet_v2-b1-i224"
+ahead() {  # the bundles and plans the calls carry, in the order they run (the first call's, then the CNN calls')
+  echo "$PICKS" $(ls -d "$PLANS_DIR"/* 2>/dev/null) "$BUNDLE_C"
+  for w in $CNN_WORKLOADS; do echo "$CNN/bundle-heldout-${w%%-*}" "$CNN/plans/$w-dlight" "$CNN/bundle-heldout-${w%%-*}-rest"; done
+}
 # Bundle C itself was `tlm gpu bundle --target h100 --per-task 12 --jobs 2 --task-seconds 30 --skip
 # results/gpu/bundles/bundle-a results/gpu/bundles/bundle-b --sources bert_base-b1-s256 gpt2-b1-s256
 # bert_medium-b1-s128 bert_large-b1-s128 llama-b1-s128 bert_base-b2-s128 gpt2-b2-s128 vit-b1-i224
@@ -146,8 +150,13 @@ if [ "${1:-}" != "--print" ]; then
   fi
   [ -f "$PICKS/manifest.json.gz" ] ||
     $TLM gpu bundle --target h100 --jobs 2 --sources $ALL4 --hold-out none --candidates "$DBS/picks.jsonl" --out "$PICKS"
+  # 6. every file of every call compiled ahead, here (tlm gpu precompile: ~0.6 s a file a core, ~2,300 files;
+  #    resumes): the GPU machine then times programs instead of running nvcc (run-2026-12-04-h200-a was
+  #    compile-bound: 14 nvcc processes busy for all of bundle-c's 255 s, 8.1 programs a second)
+  nice -n 5 $TLM gpu precompile $(ahead) --jobs 2
 fi
 du -sh "$BUNDLE_C" "$PLANS_DIR" "$PICKS" 2>/dev/null || true
+$TLM gpu precompile --check $(ahead) || true  # what is not compiled ahead, the GPU machine compiles (slower; its log says)
 cat <<EOT
 Ready. The call (device tool, one command; check \`status\` first, and give_back if no second call follows):
   bash tools/device_tree.sh drop

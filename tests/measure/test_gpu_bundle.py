@@ -227,7 +227,7 @@ def test_cubins_compiled_ahead_are_what_the_runner_takes(bundle, tmp_path):
 
     from tlm.measure.cuda_runner import compile_file, run
     from tlm.measure.nvcc import find_toolkit
-    from tlm.measure.precompile import ahead_paths, precompile, sources_of
+    from tlm.measure.precompile import ahead_paths, ahead_status, precompile, sources_of
 
     if find_toolkit() is None:
         pytest.skip("no nvcc: pip install -e '.[cuda]'")
@@ -236,7 +236,9 @@ def test_cubins_compiled_ahead_are_what_the_runner_takes(bundle, tmp_path):
     shutil.copytree(src_bundle, b)
     arch, srcs = sources_of(b)
     assert arch == manifest["arch"] and len(srcs) == sum(len(e["groups"]) + 1 for e in manifest["tasks"])
+    assert ahead_status([b]) == {str(b): (0, len(srcs))}
     res = precompile([b], jobs=2, log=lambda *_: None, progress=False)
+    assert ahead_status([b]) == {str(b): (len(srcs), len(srcs))}
     assert res["folders"][str(b)] == {"files": len(srcs), "compiled": len(srcs), "errors": 0}
     assert all(p.exists() for s in srcs for p in ahead_paths(s))
     again = precompile([b], jobs=2, log=lambda *_: None, progress=False)  # resumes: nothing left
@@ -245,7 +247,8 @@ def test_cubins_compiled_ahead_are_what_the_runner_takes(bundle, tmp_path):
     assert summary["compiled_ahead"] == len(srcs) and summary["compile_cpu_s"] == 0 and summary["compile_errors"] == 0
     ready = [json.loads(x) for x in (tmp_path / "r" / "work" / "ready.jsonl").read_text().splitlines()][:-1]
     first = ready[0]["files"]["0"]
-    fresh = compile_file(str(srcs[0]), str(tmp_path / "fresh.cubin"), arch, ahead=False)
+    src = next(x for x in srcs if x.name == Path(first["cubin"]).name.replace(".cubin", ".cu.xz"))
+    fresh = compile_file(str(src), str(tmp_path / "fresh.cubin"), arch, ahead=False)
     assert Path(first["cubin"]).exists() and first["resources"] == fresh["resources"]
     assert Path(first["cubin"]).read_bytes() == (tmp_path / "fresh.cubin").read_bytes()
 

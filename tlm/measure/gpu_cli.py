@@ -80,8 +80,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_precompile(args: argparse.Namespace) -> int:
-    from tlm.measure.precompile import precompile
+    from tlm.measure.precompile import ahead_status, precompile
 
+    if args.check:
+        for folder, (ahead, n) in ahead_status(args.folders).items():
+            print(f"{folder}: {ahead} of {n} files compiled ahead")
+        return 0
     res = precompile(args.folders, jobs=args.jobs)
     now = sum(n["compiled"] for n in res["folders"].values())
     before = sum(n["files"] for n in res["folders"].values()) - now
@@ -120,6 +124,7 @@ def register_cli(sub) -> None:
                                            "so that the GPU machine only times (needs the `cuda` extra)")
     p.add_argument("folders", nargs="+", metavar="FOLDER", help="a bundle (tlm gpu bundle) or a plan (tlm gpu plan)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="nvcc processes (default: all cores)")
+    p.add_argument("--check", action="store_true", help="only say how many files are compiled ahead (no nvcc needed)")
     p.set_defaults(func=_cmd_precompile)
     p = gsub.add_parser("ingest", help="measured results into the work database and the corpus's shards")
     p.add_argument("bundle")

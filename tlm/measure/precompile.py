@@ -104,6 +104,15 @@ def nvcc_version(nvcc: str) -> str:
     return out.splitlines()[-1] if out else "unknown"
 
 
+def ahead_status(folders: list[str | Path]) -> dict[str, tuple[int, int]]:
+    """Per folder (files compiled ahead, files): what a call would take ready (no nvcc needed)."""
+    out = {}
+    for f in folders:
+        arch, srcs = sources_of(f)
+        out[str(f)] = (sum(precompiled(s, arch) is not None for s in srcs), len(srcs))
+    return out
+
+
 def precompile(folders: list[str | Path], jobs: int = 2, log: Callable[[str], None] = print,
                progress: bool = True) -> dict[str, Any]:
     """Compile every source of the folders not compiled ahead yet; a one-line account per folder."""
