@@ -253,9 +253,10 @@ def test_cubins_compiled_ahead_are_what_the_runner_takes(bundle, tmp_path):
     assert Path(first["cubin"]).read_bytes() == (tmp_path / "fresh.cubin").read_bytes()
 
 
-def test_a_cubin_ahead_is_taken_only_for_its_own_source_and_arch(tmp_path):
+def test_a_cubin_ahead_is_taken_only_for_its_own_source_and_arch(tmp_path, monkeypatch):
     """Unit test of the bookkeeping, no nvcc (the files are made up): a changed source, another arch,
-    a cubin without its json (a run killed between the two writes) or a timeout is compiled again."""
+    another CUDA release, a cubin without its json (a run killed between the two writes) or a timeout
+    is compiled again."""
     import hashlib
     import lzma
 
@@ -278,7 +279,13 @@ def test_a_cubin_ahead_is_taken_only_for_its_own_source_and_arch(tmp_path):
     assert precompiled(src, "sm_90a") == {"error": "ptxas: too much shared memory"}
     meta_path.write_text(json.dumps({"arch": "sm_90a", "sha256": sha, "error": "nvcc timed out after 600 s"}))
     assert precompiled(src, "sm_90a") is None
-    meta_path.write_text(json.dumps({"arch": "sm_90a", "sha256": sha, "resources": {}}))
+    meta_path.write_text(json.dumps({"arch": "sm_90a", "sha256": sha, "resources": {},
+                                     "nvcc": "Build cuda_13.0.r13.0/compiler.36424714_0"}))
+    assert precompiled(src, "sm_90a", "13.0") is not None and precompiled(src, "sm_90a") is not None
+    assert precompiled(src, "sm_90a", "12.8") is None  # the GPU machine's own nvcc is of another release
+    monkeypatch.setenv("TLM_AHEAD", "0")
+    assert precompiled(src, "sm_90a") is None
+    monkeypatch.delenv("TLM_AHEAD")
     src.write_bytes(lzma.compress(b"// another program"))
     assert precompiled(src, "sm_90a") is None
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from tlm.errors import first_line
 from tlm.measure.cuda_measure import append_line, read_lines
-from tlm.measure.precompile import precompiled
+from tlm.measure.precompile import local_release, precompiled
 
 MAX_RESTARTS = 200
 EARLY_RESTARTS = 3  # died this often before any program was timed: something is wrong, stop
@@ -47,7 +47,7 @@ def compile_file(src: str, cubin: str, arch: str, ahead: bool = True) -> dict[st
     from tlm.measure.nvcc import compile_source, parse_ptxas, require_toolkit
 
     start = time.perf_counter()
-    found = precompiled(src, arch) if ahead else None
+    found = precompiled(src, arch, local_release()) if ahead else None
     if found is not None:
         out = {"src": src, "seconds": 0.0, "ahead": True}
         if "error" in found:
@@ -127,9 +127,9 @@ def run(bundle: Path, out: Path, seconds: float, jobs: int, hang_seconds: float,
         for f in files:
             cubin = str(work / "cubin" / (Path(f["src"]).name.replace(".cu.xz", ".cubin")))
             jobs_list.append((e["hash"], f["members"], str(bundle / f["src"]), cubin))
-    ahead = sum(precompiled(src, arch) is not None for _, _, src, _ in jobs_list)
-    log(f"{len(pending)} tasks to measure, {len(jobs_list)} files: {ahead} compiled ahead (tlm gpu precompile), "
-        f"{len(jobs_list) - ahead} to compile on {jobs} processes")
+    ahead = sum(precompiled(src, arch, local_release()) is not None for _, _, src, _ in jobs_list)
+    log(f"{len(pending)} tasks to measure, {len(jobs_list)} files: {ahead} compiled ahead (tlm gpu precompile; "
+        f"this machine's nvcc: CUDA {local_release() or 'none'}), {len(jobs_list) - ahead} to compile on {jobs} processes")
 
     def ready(h: str) -> None:
         p = pending[h]

@@ -9,16 +9,19 @@ kernels' resources or the error; the source's sha256, the arch, the nvcc that ma
 it compiled, `FOLDER/cubin/X.cubin.xz`. The json is written last and each write is atomic, so a
 run killed anywhere resumes with what it finished. `tlm.measure.cuda_runner.compile_file` (the
 bundle runner's and the plan runner's compilation) takes the cubin from there when the source's
-digest and the arch match, and runs nvcc only for what is missing; the runners count the files
-they took ahead in their summaries.
+digest and the arch match and the machine's own nvcc (if it has one) is of the same CUDA release,
+and runs nvcc only for what is missing; the runners count the files they took ahead in their
+summaries. TLM_AHEAD=0 in the environment turns the cubins ahead off.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import lzma
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -42,15 +45,35 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def precompiled(src: str | Path, arch: str) -> dict[str, Any] | None:
+def nvcc_release(version: str) -> str | None:
+    """'13.0' of nvcc's 'Build cuda_13.0.r13.0/compiler.36424714_0' (None if not found)."""
+    m = re.search(r"cuda_(\d+\.\d+)", version)
+    return m.group(1) if m else None
+
+
+@functools.lru_cache(maxsize=1)
+def local_release() -> str | None:
+    """The CUDA release of this machine's nvcc, or None without one (then any cubin ahead will do)."""
+    from tlm.measure.nvcc import find_toolkit
+
+    tk = find_toolkit()
+    return nvcc_release(nvcc_version(tk.nvcc)) if tk else None
+
+
+def precompiled(src: str | Path, arch: str, release: str | None = None) -> dict[str, Any] | None:
     """What compiling `src` ahead gave ({"resources": ..., "cubin_xz": path} or {"error": ...}), or
-    None when it was not compiled ahead for this arch and this very source (or timed out then)."""
+    None when it was not compiled ahead for this arch and this very source (or timed out then), by
+    an nvcc of `release` when one is given, or TLM_AHEAD=0 says not to take it."""
+    if os.environ.get("TLM_AHEAD") == "0":
+        return None
     meta_path, cubin_xz = ahead_paths(src)
     try:
         meta = json.loads(meta_path.read_text())
     except (OSError, ValueError):
         return None
     if meta.get("arch") != arch or meta.get("sha256") != _digest(Path(src)):
+        return None
+    if release is not None and nvcc_release(meta.get("nvcc", "")) != release:
         return None
     if "error" in meta:
         return None if "timed out" in meta["error"] else {"error": meta["error"]}
