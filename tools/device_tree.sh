@@ -2,16 +2,17 @@
 # Make the working tree fit the device tool's carry limit (64 MiB of tracked and untracked files;
 # the repository's tracked tree is larger) for the calls of a GPU session, then put it back:
 #
-#   bash tools/device_tree.sh drop      # untrack pretrained/ and data/corpus/ (kept on disk), exclude them
+#   bash tools/device_tree.sh drop      # untrack pretrained/, data/corpus/, results/, bench/results/ (kept on disk), exclude them
 #   bash tools/device_tree.sh size      # what a device call would carry now, in MiB
 #   bash tools/device_tree.sh restore   # track them again exactly as committed; drop the excludes
 #
-# The GPU runner needs neither (no TVM there; plans and bundles carry their own data). Never
+# The GPU runner needs none of them (no TVM there; plans and bundles carry their own data; a run
+# that RESUMEs from results/gpu/run-* names that folder in the call's carry). Never
 # commit between `drop` and `restore`: the commit would delete those folders from the repository.
 # `drop` refuses to run with staged changes for the same reason.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
-PATHS=(pretrained data/corpus)
+PATHS=(pretrained data/corpus results bench/results)
 EXCLUDE=.git/info/exclude
 size() {  # tracked files plus untracked, not ignored ones: what the device tool carries
   { git ls-files -z; git ls-files -z --others --exclude-standard; } | sort -zu |
