@@ -371,4 +371,15 @@ def test_a_plan_put_together_from_a_bundle_runs_the_programs_a_database_plan_wou
         from tlm.measure.cuda_plan import run
 
         res = run(tmp_path / "asm", tmp_path / "r", measure=False, jobs=1, log=lambda *_: None)
-        assert res["error"] is None and res["compile_errors"] == {}
+        assert res["error"] is None and res["compile_errors"] == {} and res["compiled_ahead"] == 0
+        # the bundle and the plan compiled ahead (tlm gpu precompile): the assembled plan takes their
+        # cubins (the group's holds the pick's kernels, checked against the launch limits) and runs no nvcc
+        from tlm.measure.precompile import precompile
+
+        import shutil
+
+        shutil.copytree(out, tmp_path / "plan")  # (the fixture's plan stays as it was built)
+        precompile([bundle, tmp_path / "plan"], jobs=1, log=lambda *_: None, progress=False)
+        assemble(tmp_path / "plan", bundle, results, "random", tmp_path / "asm2")
+        res2 = run(tmp_path / "asm2", tmp_path / "r2", measure=False, jobs=1, log=lambda *_: None)
+        assert res2["error"] is None and res2["compiled_ahead"] == len(meta["functions"]) and res2["compile_cpu_s"] == 0

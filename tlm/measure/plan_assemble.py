@@ -35,6 +35,7 @@ from tlm.errors import TlmError, first_line
 from tlm.measure.cuda_build import kernel_pieces, split_source
 from tlm.measure.cuda_measure import named_programs, read_lines, read_manifest
 from tlm.measure.cuda_plan import DATA_FILE, EXPECTED_FILE, PLAN_FILE, read_plan
+from tlm.measure.precompile import carry_ahead
 
 _KERNEL_NAME = re.compile(r'extern "C" __global__\s+void\s+(?:__launch_bounds__\(\s*\d+\s*\)\s+)?(\w+)\s*\(')
 
@@ -94,6 +95,7 @@ def assemble(plan_dir: str | Path, bundle: str | Path, results: str | Path, prop
                    else "not in the bundle" if task not in by_hash else f"no correct program of {proposer}")
             kept[name] = why
             shutil.copyfile(plan_dir / f["src"], out / f["src"])
+            carry_ahead(plan_dir / f["src"], out / f["src"], plan["arch"])
             continue
         cand, lat = chosen[task]
         group = next(g for g in by_hash[task]["groups"] if cand["id"] in g["members"])
@@ -102,6 +104,7 @@ def assemble(plan_dir: str | Path, bundle: str | Path, results: str | Path, prop
         src = f"src/{name}.cu.xz"
         with lzma.open(out / src, "wt", preset=6) as fh:
             fh.write(code)
+        carry_ahead(bundle / group["src"], out / src, plan["arch"])  # the group's cubin holds its kernels
         plan["functions"][name] = {"src": src, "schedule": "bundle", "task": task,
                                    "kernels": [dict(k, name=cand["prefix"] + k["name"]) for k in cand["kernels"]],
                                    "workspaces": list(cand["workspaces"])}

@@ -105,6 +105,21 @@ def compile_ahead(src: str, arch: str, nvcc: str) -> dict[str, Any]:
     return meta
 
 
+def carry_ahead(src_from: str | Path, src_to: str | Path, arch: str) -> bool:
+    """`src_to` (written from `src_from`: the same file, or some of its kernels) takes `src_from`'s
+    cubin ahead, whose kernels it names (tlm.measure.plan_assemble: a plan's function cut out of a
+    bundle's group file); False when there is none to take."""
+    found = precompiled(src_from, arch)
+    if found is None or "error" in found:
+        return False
+    meta = json.loads(ahead_paths(src_from)[0].read_text())
+    meta_to, cubin_to = ahead_paths(src_to)
+    meta_to.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomic(cubin_to, Path(found["cubin_xz"]).read_bytes())
+    _write_atomic(meta_to, json.dumps(dict(meta, sha256=_digest(Path(src_to)))).encode())
+    return True
+
+
 def sources_of(folder: str | Path) -> tuple[str, list[Path]]:
     """(arch, CUDA C files) of a bundle (its manifest) or a plan (plan.json)."""
     from tlm.measure.cuda_measure import MANIFEST, read_manifest
