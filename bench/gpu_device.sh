@@ -22,6 +22,8 @@
 # RESUME="RUN_DIR ..." (runs of the same bundles on an earlier machine, e.g. results/gpu/run-...):
 # their <bundle>-results.jsonl seed the runner, which measures only the programs they lack;
 # <bundle>-results.jsonl then holds only the new lines (ingest them like any run's).
+# Bundles and plans compiled ahead here (`tlm gpu precompile`, tools/gpu_prepare.sh) carry their cubins: the
+# runners take them and run nvcc only for the rest (each log says how many; TLM_AHEAD=0: compile all there).
 # The tracked tree is over the 64 MiB a call carries: `bash tools/device_tree.sh drop` before the
 # session's device calls, `restore` after (no commit in between).
 set -u
