@@ -18,7 +18,8 @@
 # PROPOSER's fastest correct program of its first FIRST in BUNDLE, or of those the candidates FILE names
 # (--only: the cost model's top 10 of TLM's samples, `tlm gpu-heldout candidates --cm-top 10`; e.g. a dlight plan and a held-out
 # bundle: TLM@10g and MetaSchedule@64g of a model in one call); each is a line of plans.jsonl named NAME
-# (WORKLOAD-SCHEDULES, as bench/gpu_plans.py reads it). With BUDGET, PLAN_SECONDS + 30 s per plan are kept for them.
+# (WORKLOAD-SCHEDULES, as bench/gpu_plans.py reads it). With BUDGET, ASSEMBLE_RESERVE seconds per plan are kept
+# for them (default PLAN_SECONDS + 30; a plan whose bundle and dlight plan were compiled ahead needs no nvcc there).
 # RESUME="RUN_DIR ..." (runs of the same bundles on an earlier machine, e.g. results/gpu/run-...):
 # their <bundle>-results.jsonl seed the runner, which measures only the programs they lack;
 # <bundle>-results.jsonl then holds only the new lines (ingest them like any run's).
@@ -65,7 +66,7 @@ mkdir -p "$OUT"
     b=${arg%%:*}; secs=${SECONDS_PER_BUNDLE:-360}; name=$(basename "$b")
     [ "$b" != "$arg" ] && secs=${arg#*:}
     if [ -n "${BUDGET:-}" ]; then
-      left=$(( BUDGET - SECONDS - 45 - $(echo ${ASSEMBLE:-} | wc -w) * (${PLAN_SECONDS:-240} + 30) ))
+      left=$(( BUDGET - SECONDS - 45 - $(echo ${ASSEMBLE:-} | wc -w) * ${ASSEMBLE_RESERVE:-$(( ${PLAN_SECONDS:-240} + 30 ))} ))
       [ $left -lt $secs ] && secs=$left
       [ $secs -lt 30 ] && { echo "bundle $name skipped: ${left}s left of BUDGET=$BUDGET"; continue; }
     fi

@@ -176,9 +176,20 @@ for w in $CNN_WORKLOADS; do
   echo "  run: command='ASSEMBLE=\"$w-tlm=$CNN/plans/$w-dlight:$b:tlm:10 $w-tlmcm=$CNN/plans/$w-dlight:$b:tlm:$CNN/$w-cm10.jsonl $w-metaschedule=$CNN/plans/$w-dlight:$b:metaschedule:64\" PLAN_SECONDS=60 PYTORCH=0 BUDGET=560 bash bench/gpu_device.sh $b:300 $b-rest:90'"
   echo "       carry=[\"$b\", \"$b-rest\", \"$CNN/plans/$w-dlight\", \"$CNN/$w-cm10.jsonl\"] timeout_s=600   (the tree dropped as above)"
 done
+asm="" carry="" main="" rest=""
+for w in $CNN_WORKLOADS; do
+  b="$CNN/bundle-heldout-${w%%-*}"
+  asm="$asm $w-tlm=$CNN/plans/$w-dlight:$b:tlm:10 $w-tlmcm=$CNN/plans/$w-dlight:$b:tlm:$CNN/$w-cm10.jsonl $w-metaschedule=$CNN/plans/$w-dlight:$b:metaschedule:64"
+  carry="$carry, \"$b\", \"$b-rest\", \"$CNN/plans/$w-dlight\", \"$CNN/$w-cm10.jsonl\""
+  main="$main $b:200" rest="$rest $b-rest:45"
+done
 cat <<EOT
-  (mobilenet_v2: 2,574 + 382 programs, resnet_50: 2,185 + 402; ~8.7 a second on run-2026-12-04-h200-a's card;
-  the -rest bundle, TLM's samples 10-32, gets what is left and may be cut: RESUME finishes it later)
+  or, when the first call's bundles ran at 20 programs a second or more (every file compiled ahead: its log's
+  bundle summaries, programs / seconds), both workloads in one call (~9.5 minutes):
+  run: command='ASSEMBLE="${asm# }" PLAN_SECONDS=30 ASSEMBLE_RESERVE=40 PYTORCH=0 BUDGET=560 bash bench/gpu_device.sh${main}${rest}'
+       carry=[${carry#, }] timeout_s=600
+  (mobilenet_v2: 2,574 + 382 programs, resnet_50: 2,185 + 402; ~8.7 a second on run-2026-12-04-h200-a's card,
+  compiled there; the -rest bundles, TLM's samples 10-32, get what is left and may be cut: RESUME finishes them later)
 Then, here: python bench/gpu_plans.py RUN (TLM@10g against MetaSchedule@64g), and the held-out report of the
 bundle's tasks (B: the bundle): tlm gpu-heldout report B RUN --random B RUN --more B-rest RUN --proposals $CNN/heldout-cnn \
   --cost-model pretrained/costmodel-cuda-sm90 --out bench/results/gpu-heldout-cnn
