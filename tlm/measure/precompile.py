@@ -23,7 +23,6 @@ import lzma
 import os
 import re
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -90,17 +89,24 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def compile_ahead(src: str, arch: str, nvcc: str) -> dict[str, Any]:
-    """One source -> its cubin.xz and json (in a pool worker); the json's fields."""
-    from tlm.measure.cuda_runner import compile_file
+    """One source -> its cubin.xz and json (in a pool worker); the json's fields. The same nvcc
+    call and ptxas report as the runners' own compilation (tlm.measure.cuda_runner.compile_file)."""
+    from dataclasses import asdict
+
+    from tlm.measure.nvcc import compile_source, parse_ptxas, require_toolkit
 
     meta_path, cubin_xz = ahead_paths(src)
     meta_path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="tlm-ahead-") as tmp:
-        res = compile_file(src, str(Path(tmp) / "k.cubin"), arch, ahead=False)
-        if "cubin" in res:
-            _write_atomic(cubin_xz, lzma.compress(Path(res["cubin"]).read_bytes()))
-    meta = {"arch": arch, "sha256": _digest(Path(src)), "nvcc": nvcc, "seconds": res["seconds"]}
-    meta.update({"error": res["error"]} if "error" in res else {"resources": res["resources"]})
+    start = time.perf_counter()
+    with lzma.open(src, "rt") as f:
+        data, report = compile_source(require_toolkit(), f.read(), arch)
+    meta: dict[str, Any] = {"arch": arch, "sha256": _digest(Path(src)), "nvcc": nvcc,
+                            "seconds": round(time.perf_counter() - start, 3)}
+    if data is None:
+        meta["error"] = f"nvcc: {report}"
+    else:
+        _write_atomic(cubin_xz, lzma.compress(data))
+        meta["resources"] = {k: asdict(v) for k, v in parse_ptxas(report).items()}
     _write_atomic(meta_path, json.dumps(meta).encode())
     return meta
 
