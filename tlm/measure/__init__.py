@@ -12,10 +12,12 @@ GPU programs, built here (no GPU) and measured on a machine with one (CuPy + nvc
 - cuda_build.py   scheduled program -> CUDA C + launch plan (kernels, grids, blocks, workspaces)
 - nvcc.py         CUDA C -> cubin with NVIDIA's compiler; ptxas's resources; launch limits
 - gpu_bundle.py   tasks -> a bundle: random programs, dlight references, CPU checks (`tlm gpu bundle`)
-- cuda_runner.py  on the GPU machine: compile on all cores, supervise the measuring process
+- precompile.py   a bundle's or plan's cubins compiled here, carried with it (`tlm gpu precompile`)
+- cuda_runner.py  on the GPU machine: compile what was not compiled ahead, supervise the measuring process
 - cuda_measure.py the measuring process: check every program against the reference, time it
 - gpu_ingest.py   a run's results -> records under the card -> corpus shards (`tlm gpu ingest`)
-- gpu_cli.py      `tlm gpu bundle|run|ingest` (`plan`: tlm.compiler.gpu_plan registers it)
+- gpu_cli.py      `tlm gpu bundle|precompile|run|ingest` (`plan`: tlm.compiler.gpu_plan registers it)
 - cuda_plan.py    on the GPU machine: a whole-model plan compiled, checked, timed (whole, CUDA graph, per step)
+- plan_assemble.py on the GPU machine: a plan with the best programs a run just measured in its tasks' places
 - cuda_local.py   the CUDA measurer where the GPU is (tuning there): each batch a one-batch bundle, run by cuda_runner
 """
