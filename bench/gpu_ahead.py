@@ -3,8 +3,9 @@
     python bench/gpu_ahead.py FOLDER ... [--out bench/results/gpu-ahead]
 
 FOLDER: bundles and plans compiled ahead (tools/gpu_prepare.sh step 6). Per folder, from each
-source's `cubin/X.json`: files, refused by nvcc/ptxas, nvcc's seconds (summed: CPU time here, one
-process per file; median a file) and the bytes a call carries (CUDA C, cubins xz). Rows are
+source's `cubin/X.json`: files, refused by nvcc/ptxas, nvcc's seconds (each call's wall time, one
+process per file, summed; and the median file: where other jobs share the cores, more than its CPU
+time) and the bytes a call carries (CUDA C, cubins xz). Rows are
 appended to OUT.json with the date, the hardware and the commit; OUT.md is written from them all.
 For comparison, the GPU machine's own compile of bundle-c (run-2026-12-04-h200-a): 1,756 files,
 3,283.8 s of nvcc on 14 processes, while it measured 2,072 programs in 255.5 s.
