@@ -18,7 +18,8 @@
 #    which run -a measured the first 2,072): `tlm gpu bundle --rest-of` builds the 3,066 left from the
 #    committed manifest's sentences and tasks (results/gpu/bundles/bundle-c), with no sampling and no
 #    extraction (was: the whole bundle rebuilt with seed 0, ~1.5 h, and the runner seeded with RESUME).
-# The call (one, ~9 minutes) carries about 35 MiB with `tools/device_tree.sh drop` (the tree itself 3 MiB; restore after it).
+# The call (one, ~9 minutes) carries about 42 MiB with `tools/device_tree.sh drop` (the tree itself 3 MiB, the cubins
+# compiled ahead 15 MB; restore after it).
 # 4. a second call, in the same session if 6 minutes of device time are left, else the next: the whole-model
 #    TLM@10g and MetaSchedule@64g of mobilenet_v2 and resnet_50 (issue 49's end-to-end target names all
 #    four workloads; only bert_base and gpt2 have them). `tlm gpu-heldout propose` made the shipped GPU
