@@ -56,6 +56,8 @@ def test_tasks_json_shape(capsys):
         ["tasks", "dcgan-b1", "--target", "not-a-target"],
         ["target", "--target", '{"kind": "llvm", "mcpu": "native"}'],
         ["compile", "dcgan-b1", "--db", ".", "--cold-pick", "-1"],
+        ["gpu", "precompile", "/nonexistent/bundle"],
+        ["gpu", "precompile", "--check", "/nonexistent/bundle"],
     ],
 )
 def test_bad_input_is_one_line_and_non_zero(capsys, argv):
