@@ -364,6 +364,16 @@ def test_gpu_runner_measures_a_bundle(bundle, tmp_path):
     out, _, manifest = bundle
     summary = run(out, tmp_path / "r", seconds=300, jobs=4, hang_seconds=30, log=lambda *_: None)
     assert summary["programs"] == 6 and summary["references_ok"] == 2 and summary["wrong"] == 0
+    # the same bundle compiled ahead (tlm gpu precompile): the cubins taken, the same programs right
+    import shutil
+
+    from tlm.measure.precompile import precompile
+
+    shutil.copytree(out, tmp_path / "ahead")
+    precompile([tmp_path / "ahead"], jobs=2, log=lambda *_: None, progress=False)
+    again = run(tmp_path / "ahead", tmp_path / "r2", seconds=300, jobs=4, hang_seconds=30, log=lambda *_: None)
+    assert again["compiled_ahead"] > 0 and again["compile_cpu_s"] == 0
+    assert (again["programs"], again["references_ok"], again["wrong"]) == (6, 2, 0)
 
 
 def test_bundle_of_proposed_sentences(bundle, tmp_path):
