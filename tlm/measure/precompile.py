@@ -168,7 +168,8 @@ def precompile(folders: list[str | Path], jobs: int = 2, log: Callable[[str], No
 
     found = [(Path(f), *sources_of(f)) for f in folders]  # every folder read before nvcc runs
     nvcc = nvcc_version(require_toolkit().nvcc)
-    todo = [(str(s), arch, str(f)) for f, arch, srcs in found for s in srcs if precompiled(s, arch) is None]
+    release = nvcc_release(nvcc)  # a file compiled ahead by another CUDA release is compiled again
+    todo = [(str(s), arch, str(f)) for f, arch, srcs in found for s in srcs if precompiled(s, arch, release) is None]
     start = time.perf_counter()
     per: dict[str, dict[str, int]] = {str(f): {"files": len(s), "compiled": 0, "errors": 0} for f, _, s in found}
     bar = Progress(TextColumn("[bold]nvcc ahead"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
