@@ -4,6 +4,7 @@
 #
 #   bash tools/device_tree.sh drop      # untrack pretrained/, data/corpus/, results/, bench/results/ (kept on disk), exclude them
 #   bash tools/device_tree.sh size      # what a device call would carry now, in MiB
+#   bash tools/device_tree.sh estimate DIR...   # what it would carry after drop, with DIR... as its carry
 #   bash tools/device_tree.sh restore   # track them again exactly as committed; drop the excludes
 #
 # The GPU runner needs none of them (no TVM there; plans and bundles carry their own data; a run
@@ -29,5 +30,10 @@ case "${1:-}" in
     for p in "${PATHS[@]}"; do [ -f "$EXCLUDE" ] && sed -i "\|^/$p/\$|d" "$EXCLUDE"; done
     echo "restored ${PATHS[*]}; carry $(size)" ;;
   size) size ;;
-  *) sed -n '5,7p' "$0"; exit 2 ;;
+  estimate)  # what a call would carry after `drop`, with the paths given as its carry (nothing changes)
+    shift
+    { git ls-files -z -- . $(printf ":(exclude)%s " "${PATHS[@]}"); git ls-files -z --others --exclude-standard;
+      [ $# -gt 0 ] && find "$@" -type f -print0; } | sort -zu |
+      xargs -0 du -cb 2>/dev/null | awk '$2 == "total" {s += $1} END {printf "%.1f MiB (the limit: 64 MiB)\n", s / 1048576}' ;;
+  *) sed -n '5,8p' "$0"; exit 2 ;;
 esac

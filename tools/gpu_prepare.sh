@@ -158,11 +158,12 @@ if [ "${1:-}" != "--print" ]; then
 fi
 du -sh "$BUNDLE_C" "$PLANS_DIR" "$PICKS" 2>/dev/null || true
 $TLM gpu precompile --check $(ahead) || true  # what is not compiled ahead, the GPU machine compiles (slower; its log says)
+EST1=$(bash tools/device_tree.sh estimate "$PICKS" "$BUNDLE_C" "$PLANS_DIR")
 cat <<EOT
 Ready. The call (device tool, one command; check \`status\` first, and give_back if no second call follows):
   bash tools/device_tree.sh drop
   run: command='PLANS="\$(ls -d $PLANS_DIR/*)" PLAN_SECONDS=60 PYTORCH=1 COMPILE=1 PYTORCH_SECONDS=200 BUDGET=560 bash bench/gpu_device.sh $PICKS:60 $BUNDLE_C:420 2>&1 | grep -v pow_by_natural'
-       carry=["$PICKS", "$BUNDLE_C", "$PLANS_DIR"] timeout_s=600
+       carry=["$PICKS", "$BUNDLE_C", "$PLANS_DIR"] timeout_s=600   (carries $EST1)
   bash tools/device_tree.sh restore
 Then, here: copy the call's files to results/gpu/run-<date>-<card>-<letter>/ (the card: status's device), and
   python bench/gpu_plans.py results/gpu/run-...            (bench/results/gpu-e2e.md)
@@ -182,13 +183,14 @@ for w in $CNN_WORKLOADS; do
   b="$CNN/bundle-heldout-${w%%-*}"
   asm="$asm $w-tlm=$CNN/plans/$w-dlight:$b:tlm:10 $w-tlmcm=$CNN/plans/$w-dlight:$b:tlm:$CNN/$w-cm10.jsonl $w-metaschedule=$CNN/plans/$w-dlight:$b:metaschedule:64"
   carry="$carry, \"$b\", \"$b-rest\", \"$CNN/plans/$w-dlight\", \"$CNN/$w-cm10.jsonl\""
-  main="$main $b:200" rest="$rest $b-rest:45"
+  main="$main $b:200" rest="$rest $b-rest:45" dirs="${dirs:-} $b $b-rest $CNN/plans/$w-dlight $CNN/$w-cm10.jsonl"
 done
+EST2=$(bash tools/device_tree.sh estimate $dirs)
 cat <<EOT
   or, when the first call's bundles ran at 20 programs a second or more (every file compiled ahead: its log's
   bundle summaries, programs / seconds), both workloads in one call (~9.5 minutes):
   run: command='ASSEMBLE="${asm# }" PLAN_SECONDS=30 ASSEMBLE_RESERVE=40 PYTORCH=0 BUDGET=560 bash bench/gpu_device.sh${main}${rest}'
-       carry=[${carry#, }] timeout_s=600
+       carry=[${carry#, }] timeout_s=600   (carries $EST2)
   (mobilenet_v2: 2,574 + 382 programs, resnet_50: 2,185 + 402; ~8.7 a second on run-2026-12-04-h200-a's card,
   compiled there; the -rest bundles, TLM's samples 10-32, get what is left and may be cut: RESUME finishes them later)
 Then, here: python bench/gpu_plans.py RUN (TLM@10g against MetaSchedule@64g), and the held-out report of the
