@@ -187,12 +187,16 @@ for w in $CNN_WORKLOADS; do
 done
 EST2=$(bash tools/device_tree.sh estimate $dirs)
 cat <<EOT
-  or, when the first call's bundles ran at 20 programs a second or more (every file compiled ahead: its log's
-  bundle summaries, programs / seconds), both workloads in one call (~9.5 minutes):
+  or, when every file of both is compiled ahead (the --check above) and the first call's bundles ran at 20
+  programs a second or more (its log's bundle summaries: programs / seconds), both workloads in one call:
   run: command='ASSEMBLE="${asm# }" PLAN_SECONDS=30 ASSEMBLE_RESERVE=40 PYTORCH=0 BUDGET=560 bash bench/gpu_device.sh${main}${rest}'
        carry=[${carry#, }] timeout_s=600   (carries $EST2)
-  (mobilenet_v2: 2,574 + 382 programs, resnet_50: 2,185 + 402; ~8.7 a second on run-2026-12-04-h200-a's card,
-  compiled there; the -rest bundles, TLM's samples 10-32, get what is left and may be cut: RESUME finishes them later)
+  (mobilenet_v2: 2,574 + 382 programs, resnet_50: 2,185 + 402. Their files are large: 16 conv programs a file,
+  up to 1.4 MB of CUDA C and ~47 CPU-seconds of nvcc each; the bundles hold 199 and 242 MB of CUDA C, ~106 and
+  ~129 CPU-minutes of nvcc (the -rest ones 32 and 39 MB): compiled on the GPU machine's 14 processes that is
+  ~7.6 and ~9.2 minutes, so a call that compiles them is cut short and RESUME finishes it later; compiled
+  ahead here (step 6: ~1 h and ~1.1 h on 2 cores) the call only times them. The -rest bundles, TLM's samples
+  10-32, get what is left and may be cut.)
 Then, here: python bench/gpu_plans.py RUN (TLM@10g against MetaSchedule@64g), and the held-out report of the
 bundle's tasks (B: the bundle): tlm gpu-heldout report B RUN --random B RUN --more B-rest RUN --proposals $CNN/heldout-cnn \
   --cost-model pretrained/costmodel-cuda-sm90 --out bench/results/gpu-heldout-cnn
