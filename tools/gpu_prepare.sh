@@ -171,7 +171,7 @@ Then, here: copy the call's files to results/gpu/run-<date>-<card>-<letter>/ (th
   $TLM gpu ingest $BUNDLE_C results/gpu/run-... --db work/gpu/db --corpus data/corpus   (+ --card h200 on an H200)
   (copy the plans' manifests to results/gpu/bundles/plans-<date>/ as results/gpu/README.md says)
 
-The second call (4.), one workload a call (~8 minutes each; mobilenet_v2 first); for each workload W:
+The second call (4.), one workload a call (~9.5 minutes each, its files compiled ahead or not; mobilenet_v2 first):
 EOT
 for w in $CNN_WORKLOADS; do
   b="$CNN/bundle-heldout-${w%%-*}"
