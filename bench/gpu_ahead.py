@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(dict(stamp, folder="all of them", median_s=None, nvcc=rows[0]["nvcc"],
                      **{k: round(v, 2) for k, v in total.items()}))
     header = ("date | hardware | commit | folder | files | compiled ahead | refused | nvcc s (summed) | "
-              "s a file (median) | CUDA C MB | cubins xz MB")
+              "s a file (median) | CUDA C xz MB | cubins xz MB")
 
     def cells(r: dict) -> list:
         med = "-" if r["median_s"] is None else f"{r['median_s']:.2f}"
