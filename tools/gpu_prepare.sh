@@ -151,9 +151,10 @@ if [ "${1:-}" != "--print" ]; then
   fi
   [ -f "$PICKS/manifest.json.gz" ] ||
     $TLM gpu bundle --target h100 --jobs 2 --sources $ALL4 --hold-out none --candidates "$DBS/picks.jsonl" --out "$PICKS"
-  # 6. every file of every call compiled ahead, here (tlm gpu precompile: ~0.6 s a file a core, ~2,300 files;
-  #    resumes): the GPU machine then times programs instead of running nvcc (run-2026-12-04-h200-a was
-  #    compile-bound: 14 nvcc processes busy for all of bundle-c's 255 s, 8.1 programs a second)
+  # 6. every file of every call compiled ahead, here (tlm gpu precompile, resumes; the first call's 1,572 files
+  #    took ~1 h of 2 cores shared with other work, bench/results/gpu-ahead.md; the CNN calls' ~2.3 h more): the
+  #    GPU machine then times programs instead of running nvcc (run-2026-12-04-h200-a was compile-bound: 14
+  #    nvcc processes busy for all of bundle-c's 255 s, 8.1 programs a second)
   nice -n 5 $TLM gpu precompile $(ahead) --jobs 2
 fi
 du -sh "$BUNDLE_C" "$PLANS_DIR" "$PICKS" 2>/dev/null || true
