@@ -152,7 +152,7 @@ if [ "${1:-}" != "--print" ]; then
   [ -f "$PICKS/manifest.json.gz" ] ||
     $TLM gpu bundle --target h100 --jobs 2 --sources $ALL4 --hold-out none --candidates "$DBS/picks.jsonl" --out "$PICKS"
   # 6. every file of every call compiled ahead, here (tlm gpu precompile, resumes; the first call's 1,572 files
-  #    took ~1 h of 2 cores shared with other work, bench/results/gpu-ahead.md; the CNN calls' ~2.3 h more): the
+  #    took ~1 h of 2 cores shared with other work, the CNN calls' 730 ~50 min more, bench/results/gpu-ahead.md): the
   #    GPU machine then times programs instead of running nvcc (run-2026-12-04-h200-a was compile-bound: 14
   #    nvcc processes busy for all of bundle-c's 255 s, 8.1 programs a second)
   nice -n 5 $TLM gpu precompile $(ahead) --jobs 2
@@ -193,11 +193,10 @@ cat <<EOT
   run: command='ASSEMBLE="${asm# }" PLAN_SECONDS=30 ASSEMBLE_RESERVE=40 PYTORCH=0 BUDGET=560 bash bench/gpu_device.sh${main}${rest}'
        carry=[${carry#, }] timeout_s=600   (carries $EST2)
   (mobilenet_v2: 2,574 + 382 programs, resnet_50: 2,185 + 402. Their files are large: 16 conv programs a file,
-  up to 1.4 MB of CUDA C and ~47 CPU-seconds of nvcc each; the bundles hold 199 and 242 MB of CUDA C, ~106 and
-  ~129 CPU-minutes of nvcc (the -rest ones 32 and 39 MB): compiled on the GPU machine's 14 processes that is
-  ~7.6 and ~9.2 minutes, so a call that compiles them is cut short and RESUME finishes it later; compiled
-  ahead here (step 6: ~1 h and ~1.1 h on 2 cores) the call only times them. The -rest bundles, TLM's samples
-  10-32, get what is left and may be cut.)
+  up to 1.4 MB of CUDA C and ~47 CPU-seconds of nvcc; compiled here the bundles took 2,609 and 2,729 s of nvcc
+  (bench/results/gpu-ahead.md), ~3 minutes of each call's 300 s on the GPU machine's 14 processes if its
+  cores are like these; compiled ahead (step 6), the call only times them. The -rest bundles, TLM's samples
+  10-32, get what is left and may be cut: RESUME finishes them later.)
 Then, here: python bench/gpu_plans.py RUN (TLM@10g against MetaSchedule@64g), and the held-out report of the
 bundle's tasks (B: the bundle): tlm gpu-heldout report B RUN --random B RUN --more B-rest RUN --proposals $CNN/heldout-cnn \
   --cost-model pretrained/costmodel-cuda-sm90 --out bench/results/gpu-heldout-cnn
