@@ -374,9 +374,9 @@ def test_a_plan_put_together_from_a_bundle_runs_the_programs_a_database_plan_wou
         assert res["error"] is None and res["compile_errors"] == {} and res["compiled_ahead"] == 0
         # the bundle and the plan compiled ahead (tlm gpu precompile): the assembled plan takes their
         # cubins (the group's holds the pick's kernels, checked against the launch limits) and runs no nvcc
-        from tlm.measure.precompile import precompile
-
         import shutil
+
+        from tlm.measure.precompile import precompile
 
         shutil.copytree(out, tmp_path / "plan")  # (the fixture's plan stays as it was built)
         precompile([bundle, tmp_path / "plan"], jobs=1, log=lambda *_: None, progress=False)
