@@ -27,13 +27,10 @@ from xcore import append_table, run_stamp  # noqa: E402  (bench/ is on the path 
 
 def folder_row(folder: str | Path) -> dict:
     _, srcs = sources_of(folder)
-    metas = []
-    for s in srcs:
-        meta_path, _ = ahead_paths(s)
-        if meta_path.exists():
-            metas.append(json.loads(meta_path.read_text()))
+    paths = [ahead_paths(s) for s in srcs]  # (json, cubin.xz) of each source
+    metas = [json.loads(m.read_text()) for m, _ in paths if m.exists()]
     secs = [m["seconds"] for m in metas]
-    xz = sum(ahead_paths(s)[1].stat().st_size for s in srcs if ahead_paths(s)[1].exists())
+    xz = sum(c.stat().st_size for _, c in paths if c.exists())
     return {"folder": str(folder), "files": len(srcs), "ahead": len(metas),
             "refused": sum("error" in m for m in metas), "nvcc_s": round(sum(secs), 1),
             "median_s": round(statistics.median(secs), 3) if secs else None,

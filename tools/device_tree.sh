@@ -15,9 +15,11 @@ set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 PATHS=(pretrained data/corpus results bench/results)
 EXCLUDE=.git/info/exclude
+mib() {  # the bytes of the NUL-separated files on stdin (each once), in MiB
+  sort -zu | xargs -0 du -cb 2>/dev/null | awk '$2 == "total" {s += $1} END {printf "%.1f MiB", s / 1048576}'
+}
 size() {  # tracked files plus untracked, not ignored ones: what the device tool carries
-  { git ls-files -z; git ls-files -z --others --exclude-standard; } | sort -zu |
-    xargs -0 du -cb 2>/dev/null | awk '$2 == "total" {s += $1} END {printf "%.1f MiB\n", s / 1048576}'
+  { git ls-files -z; git ls-files -z --others --exclude-standard; } | mib; echo
 }
 case "${1:-}" in
   drop)
@@ -33,7 +35,6 @@ case "${1:-}" in
   estimate)  # what a call would carry after `drop`, with the paths given as its carry (nothing changes)
     shift
     { git ls-files -z -- . $(printf ":(exclude)%s " "${PATHS[@]}"); git ls-files -z --others --exclude-standard;
-      [ $# -gt 0 ] && find "$@" -type f -print0; } | sort -zu |
-      xargs -0 du -cb 2>/dev/null | awk '$2 == "total" {s += $1} END {printf "%.1f MiB (the limit: 64 MiB)\n", s / 1048576}' ;;
+      [ $# -gt 0 ] && find "$@" -type f -print0; } | mib; echo " (the limit: 64 MiB)" ;;
   *) sed -n '5,8p' "$0"; exit 2 ;;
 esac

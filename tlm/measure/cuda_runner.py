@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import lzma
 import os
 import subprocess
 import sys
@@ -32,7 +31,7 @@ from typing import Any
 
 from tlm.errors import first_line
 from tlm.measure.cuda_measure import append_line, read_lines
-from tlm.measure.precompile import local_release, precompiled
+from tlm.measure.precompile import local_release, take_ahead, write_atomic_bytes
 
 MAX_RESTARTS = 200
 EARLY_RESTARTS = 3  # died this often before any program was timed: something is wrong, stop
@@ -42,37 +41,15 @@ EARLY_RESTARTS = 3  # died this often before any program was timed: something is
 def compile_file(src: str, cubin: str, arch: str, ahead: bool = True) -> dict[str, Any]:
     """One bundle source file -> cubin; ptxas's report per kernel (in a pool worker). With `ahead`,
     the cubin compiled here before the call (tlm.measure.precompile) when there is one: no nvcc."""
-    from dataclasses import asdict
+    from tlm.measure.nvcc import compile_file_report
 
-    from tlm.measure.nvcc import compile_source, parse_ptxas, require_toolkit
-
-    start = time.perf_counter()
-    found = precompiled(src, arch, local_release()) if ahead else None
-    if found is not None:
-        out = {"src": src, "seconds": 0.0, "ahead": True}
-        if "error" in found:
-            out["error"] = found["error"]
-            return out
-        with lzma.open(found["cubin_xz"], "rb") as f:
-            data = f.read()
-        tmp = cubin + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, cubin)
-        return dict(out, cubin=cubin, resources=found["resources"])
-    with lzma.open(src, "rt") as f:
-        code = f.read()
-    data, report = compile_source(require_toolkit(), code, arch)
-    out: dict[str, Any] = {"src": src, "seconds": round(time.perf_counter() - start, 3)}
-    if data is None:
-        out["error"] = f"nvcc: {report}"
-        return out
-    tmp = cubin + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, cubin)
-    out["cubin"] = cubin
-    out["resources"] = {k: asdict(v) for k, v in parse_ptxas(report).items()}
+    if ahead and (taken := take_ahead(src, cubin, arch)) is not None:
+        return taken
+    data, res = compile_file_report(src, arch)
+    out: dict[str, Any] = {"src": src, **res}
+    if data is not None:
+        write_atomic_bytes(Path(cubin), data)
+        out["cubin"] = cubin
     return out
 
 
@@ -127,21 +104,44 @@ def run(bundle: Path, out: Path, seconds: float, jobs: int, hang_seconds: float,
         for f in files:
             cubin = str(work / "cubin" / (Path(f["src"]).name.replace(".cu.xz", ".cubin")))
             jobs_list.append((e["hash"], f["members"], str(bundle / f["src"]), cubin))
-    ahead = sum(precompiled(src, arch, local_release()) is not None for _, _, src, _ in jobs_list)
-    log(f"{len(pending)} tasks to measure, {len(jobs_list)} files: {ahead} compiled ahead (tlm gpu precompile; "
-        f"this machine's nvcc: CUDA {local_release() or 'none'}), {len(jobs_list) - ahead} to compile on {jobs} processes")
 
     def ready(h: str) -> None:
         p = pending[h]
         append_line(work / "ready.jsonl", {"t": h, "files": p["files"], "ref": p.get("ref")})
 
+    compiled_s = 0.0
+    took_ahead = 0
+
+    def compiled(h: str, members: list, res: dict[str, Any]) -> None:
+        """A file's compilation (here or ahead) handed to its task's members; the task ready when all are."""
+        nonlocal compiled_s, took_ahead
+        compiled_s += res["seconds"]
+        took_ahead += bool(res.get("ahead"))
+        append_line(out / "compile.jsonl", {"t": h, "src": Path(res["src"]).name, "s": res["seconds"],
+                                        "err": res.get("error"), "ahead": bool(res.get("ahead"))})
+        entry = {k: v for k, v in res.items() if k not in ("src", "ahead")}
+        for k in members:
+            if k == "ref":
+                pending[h]["ref"] = entry
+            else:
+                pending[h]["files"][str(k)] = entry
+        pending[h]["left"] -= 1
+        if pending[h]["left"] == 0:
+            ready(h)
+
     for h, p in pending.items():
         if p["left"] == 0:
             ready(h)
+    to_compile = []
+    for h, members, src, cubin in jobs_list:  # the files compiled ahead (tlm gpu precompile): taken, no nvcc
+        if (taken := take_ahead(src, cubin, arch)) is not None:
+            compiled(h, members, taken)
+        else:
+            to_compile.append((h, members, src, cubin))
+    log(f"{len(pending)} tasks to measure, {len(jobs_list)} files: {took_ahead} compiled ahead (tlm gpu precompile; "
+        f"this machine's nvcc: CUDA {local_release() or 'none'}), {len(to_compile)} to compile on {jobs} processes")
     child = None
     restarts = 0
-    compiled_s = 0.0
-    took_ahead = 0
 
     root = str(Path(__file__).resolve().parents[2])  # the folder that holds the tlm package
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
@@ -186,26 +186,13 @@ def run(bundle: Path, out: Path, seconds: float, jobs: int, hang_seconds: float,
         child = start_child()
 
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(compile_file, src, cubin, arch): (h, members) for h, members, src, cubin in jobs_list}
+        futures = {pool.submit(compile_file, src, cubin, arch, False): (h, members)
+                   for h, members, src, cubin in to_compile}
         remaining = set(futures)
         while remaining and time.time() - start < seconds and restarts <= MAX_RESTARTS:
             finished, remaining = wait(remaining, timeout=0.5, return_when=FIRST_COMPLETED)
             for fut in finished:
-                h, members = futures[fut]
-                res = fut.result()
-                compiled_s += res["seconds"]
-                took_ahead += bool(res.get("ahead"))
-                append_line(out / "compile.jsonl", {"t": h, "src": Path(res["src"]).name, "s": res["seconds"],
-                                                "err": res.get("error"), "ahead": bool(res.get("ahead"))})
-                entry = {k: v for k, v in res.items() if k not in ("src", "ahead")}
-                for k in members:
-                    if k == "ref":
-                        pending[h]["ref"] = entry
-                    else:
-                        pending[h]["files"][str(k)] = entry
-                pending[h]["left"] -= 1
-                if pending[h]["left"] == 0:
-                    ready(h)
+                compiled(*futures[fut], fut.result())
             supervise()
         for fut in remaining:
             fut.cancel()

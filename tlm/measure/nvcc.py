@@ -115,6 +115,24 @@ def compile_source(tk: Toolkit, source: str, arch: str) -> tuple[bytes | None, s
         return out.read_bytes(), report
 
 
+def compile_file_report(src: str | Path, arch: str) -> tuple[bytes | None, dict]:
+    """A bundle's or plan's xz CUDA C file -> (cubin or None, {"seconds", and "resources" per kernel
+    from ptxas, or "error"}): what the runners and `tlm gpu precompile` record of a file."""
+    import lzma
+    import time
+    from dataclasses import asdict
+
+    start = time.perf_counter()
+    with lzma.open(src, "rt") as f:
+        data, report = compile_source(require_toolkit(), f.read(), arch)
+    out: dict = {"seconds": round(time.perf_counter() - start, 3)}
+    if data is None:
+        out["error"] = f"nvcc: {report}"
+    else:
+        out["resources"] = {k: asdict(v) for k, v in parse_ptxas(report).items()}
+    return data, out
+
+
 def launch_error(prog: CudaProgram, prefix: str, resources: dict[str, KernelResources], max_smem: int = 49152,
                  registers_per_sm: int = 65536, max_threads: int = 1024) -> str | None:
     """Why the driver would refuse to launch the program's kernels (named `prefix + name` in

@@ -59,10 +59,8 @@ def local_release() -> str | None:
     return nvcc_release(nvcc_version(tk.nvcc)) if tk else None
 
 
-def precompiled(src: str | Path, arch: str, release: str | None = None) -> dict[str, Any] | None:
-    """What compiling `src` ahead gave ({"resources": ..., "cubin_xz": path} or {"error": ...}), or
-    None when it was not compiled ahead for this arch and this very source (or timed out then), by
-    an nvcc of `release` when one is given, or TLM_AHEAD=0 says not to take it."""
+def _valid_meta(src: str | Path, arch: str, release: str | None) -> dict[str, Any] | None:
+    """The json of `src` compiled ahead when it may be taken (precompiled's rules), else None."""
     if os.environ.get("TLM_AHEAD") == "0":
         return None
     meta_path, cubin_xz = ahead_paths(src)
@@ -75,13 +73,37 @@ def precompiled(src: str | Path, arch: str, release: str | None = None) -> dict[
     if release is not None and nvcc_release(meta.get("nvcc", "")) != release:
         return None
     if "error" in meta:
-        return None if "timed out" in meta["error"] else {"error": meta["error"]}
-    if not cubin_xz.exists():
+        return None if "timed out" in meta["error"] else meta
+    return meta if cubin_xz.exists() else None
+
+
+def precompiled(src: str | Path, arch: str, release: str | None = None) -> dict[str, Any] | None:
+    """What compiling `src` ahead gave ({"resources": ..., "cubin_xz": path} or {"error": ...}), or
+    None when it was not compiled ahead for this arch and this very source (or timed out then), by
+    an nvcc of `release` when one is given, or TLM_AHEAD=0 says not to take it."""
+    meta = _valid_meta(src, arch, release)
+    if meta is None:
         return None
-    return {"resources": meta["resources"], "cubin_xz": str(cubin_xz)}
+    if "error" in meta:
+        return {"error": meta["error"]}
+    return {"resources": meta["resources"], "cubin_xz": str(ahead_paths(src)[1])}
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def take_ahead(src: str, cubin: str, arch: str) -> dict[str, Any] | None:
+    """`src`'s cubin compiled ahead, written to `cubin` (or its refusal), as the runners' compilation
+    (tlm.measure.cuda_runner.compile_file) reports a file; None when there is none to take for this
+    machine's nvcc."""
+    found = precompiled(src, arch, local_release())
+    if found is None:
+        return None
+    out: dict[str, Any] = {"src": src, "seconds": 0.0, "ahead": True}
+    if "error" in found:
+        return dict(out, error=found["error"])
+    write_atomic_bytes(Path(cubin), lzma.decompress(Path(found["cubin_xz"]).read_bytes()))
+    return dict(out, cubin=cubin, resources=found["resources"])
+
+
+def write_atomic_bytes(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(data)
@@ -89,25 +111,17 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def compile_ahead(src: str, arch: str, nvcc: str) -> dict[str, Any]:
-    """One source -> its cubin.xz and json (in a pool worker); the json's fields. The same nvcc
-    call and ptxas report as the runners' own compilation (tlm.measure.cuda_runner.compile_file)."""
-    from dataclasses import asdict
-
-    from tlm.measure.nvcc import compile_source, parse_ptxas, require_toolkit
+    """One source -> its cubin.xz and json (in a pool worker); the json's fields: the runners' own
+    compilation's record (tlm.measure.nvcc.compile_file_report)."""
+    from tlm.measure.nvcc import compile_file_report
 
     meta_path, cubin_xz = ahead_paths(src)
     meta_path.parent.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    with lzma.open(src, "rt") as f:
-        data, report = compile_source(require_toolkit(), f.read(), arch)
-    meta: dict[str, Any] = {"arch": arch, "sha256": _digest(Path(src)), "nvcc": nvcc,
-                            "seconds": round(time.perf_counter() - start, 3)}
-    if data is None:
-        meta["error"] = f"nvcc: {report}"
-    else:
-        _write_atomic(cubin_xz, lzma.compress(data))
-        meta["resources"] = {k: asdict(v) for k, v in parse_ptxas(report).items()}
-    _write_atomic(meta_path, json.dumps(meta).encode())
+    data, res = compile_file_report(src, arch)
+    if data is not None:
+        write_atomic_bytes(cubin_xz, lzma.compress(data))
+    meta = {"arch": arch, "sha256": _digest(Path(src)), "nvcc": nvcc, **res}
+    write_atomic_bytes(meta_path, json.dumps(meta).encode())
     return meta
 
 
@@ -115,14 +129,13 @@ def carry_ahead(src_from: str | Path, src_to: str | Path, arch: str) -> bool:
     """`src_to` (written from `src_from`: the same file, or some of its kernels) takes `src_from`'s
     cubin ahead, whose kernels it names (tlm.measure.plan_assemble: a plan's function cut out of a
     bundle's group file); False when there is none to take."""
-    found = precompiled(src_from, arch)
-    if found is None or "error" in found:
+    meta = _valid_meta(src_from, arch, None)
+    if meta is None or "error" in meta:
         return False
-    meta = json.loads(ahead_paths(src_from)[0].read_text())
     meta_to, cubin_to = ahead_paths(src_to)
     meta_to.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(cubin_to, Path(found["cubin_xz"]).read_bytes())
-    _write_atomic(meta_to, json.dumps(dict(meta, sha256=_digest(Path(src_to)))).encode())
+    write_atomic_bytes(cubin_to, ahead_paths(src_from)[1].read_bytes())
+    write_atomic_bytes(meta_to, json.dumps(dict(meta, sha256=_digest(Path(src_to)))).encode())
     return True
 
 
