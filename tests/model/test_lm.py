@@ -115,7 +115,7 @@ def test_pretrain_resumes(tmp_path, data):
     assert first["steps"] == 4
     more = pretrain(data, tmp_path, PretrainConfig(preset="tiny", steps=6, eval_every=2, save_every=2), progress=False)
     assert more["resumed_from"] == 4 and more["steps"] == 6
-    with pytest.raises(TlmError, match="another preset or seed"):
+    with pytest.raises(TlmError, match="another preset, seed or --init"):
         pretrain(data, tmp_path, PretrainConfig(preset="tiny", steps=8, seed=1), progress=False)
 
 

@@ -244,6 +244,34 @@ def pad_batch(rows: list[tuple[list[int], list[int]]], pad: int, device: str):
     return ids.to(device), attn.to(device), labels.to(device)
 
 
+def warm_start(model, vocab: Vocab, init: LoadedModel) -> int:
+    """Start `model` (a new model over `vocab`, a superset of `init`'s words) from `init`'s
+    weights: every layer as it is, and the embedding row of each word `init` knows (the output
+    layer is tied to it); a word new to it keeps its fresh row. Returns how many words are new.
+    A TlmError when the two are not of one size (preset)."""
+    import torch
+
+    own, theirs = model.state_dict(), init.model.state_dict()
+    emb = "transformer.wte.weight"
+    for name, w in theirs.items():
+        if name in (emb, "lm_head.weight"):
+            continue
+        if name not in own or own[name].shape != w.shape:
+            raise TlmError(f"--init {init.path}: not a model of this preset ({name})")
+        own[name].copy_(w)
+    new = 0
+    with torch.no_grad():
+        for word, i in vocab.tokenizer.get_vocab().items():
+            j = init.vocab.id(word)
+            if j is None:
+                new += 1
+            else:
+                own[emb][i] = theirs[emb][j]
+    model.load_state_dict(own)
+    model.tie_weights()
+    return new
+
+
 # ---------------------------------------------------------------- shipped models
 def repo_root() -> Path:
     """The checkout (or install) that holds `pretrained/`."""

@@ -23,6 +23,7 @@ from typing import Any
 from tlm.errors import TlmError, first_line
 from tlm.model.lm import (N_POSITIONS, PRESETS, Vocab, build_tokenizer, new_model, pad_batch, save_model,
                           save_tokenizer, sentence_words, space_words, write_json)
+from tlm.model.sentences import PACKED, is_data_dirs, pack_corpus, read_corpus  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -39,6 +40,7 @@ class PretrainConfig:
     save_every: int = 500
     seed: int = 0
     device: str = "cpu"
+    init: str = ""  # a model directory to start from (its weights; its words join the vocabulary)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def resolved(self) -> PretrainConfig:
@@ -161,72 +163,6 @@ def optimizer_step(model, opt, loss, lr: float) -> float:
     return loss.item()
 
 
-PACKED = "corpus.json.xz"  # what `--vocab-only` writes beside the tokenizer: {"meta", "sentences"}
-
-
-def read_corpus(dirs: list[str | Path]) -> tuple[list[str], dict[str, Any]]:
-    """The sentences of sampling directories (one per target, say) or GPU bundles
-    (tlm.measure.gpu_bundle: their candidates are random valid programs) and the tlm.json meta
-    that says what they were sampled for (`target`: the first, `targets`: all, tlm.model.lm). A
-    packed corpus file (PACKED: the distinct sentences and that meta, a few MB to carry to a
-    GPU machine without TVM) stands for the directories it was packed from."""
-    import lzma
-
-    from tlm.measure.cuda_measure import MANIFEST as GPU_MANIFEST, read_manifest
-    from tlm.model.lm import model_targets, target_summary
-    from tlm.space.sampling import read_shards
-
-    sentences: list[str] = []
-    meta: dict[str, Any] = {}
-    targets: list[dict[str, Any]] = []
-    seen: set[Any] = set()  # their target_ids
-    for d in dirs:
-        try:
-            if Path(d).is_file():  # its targets are resolved already (no TVM needed)
-                packed = json.loads(lzma.decompress(Path(d).read_bytes()))
-                sentences.extend(packed["sentences"])
-                manifest, found = packed["meta"], packed["meta"]["targets"]
-            elif (Path(d) / GPU_MANIFEST).is_file():  # a GPU bundle: its candidates are random valid programs
-                bundle = read_manifest(d)
-                sentences.extend(c["sentence"] for e in bundle["tasks"] for c in e.get("candidates", []))
-                summary = target_summary(bundle["target"])
-                manifest, found = {"target": summary["target"], "target_id": summary["target_id"]}, [summary]
-            else:
-                manifest = json.loads((Path(d) / "manifest.json").read_text())
-                sentences.extend(r["sentence"] for r in read_shards(d))
-                found = model_targets({"target": manifest.get("target"), "target_id": manifest.get("target_id")})
-        except (OSError, ValueError, KeyError, TypeError, lzma.LZMAError) as err:
-            raise TlmError(f"unreadable sampling directory {d}: {first_line(err)}") from None
-        meta.setdefault("target", manifest.get("target"))
-        meta.setdefault("target_id", manifest.get("target_id"))
-        for t in found:
-            if t.get("target_id") not in seen:
-                seen.add(t.get("target_id"))
-                targets.append(t)
-    return sentences, dict(meta, targets=targets)
-
-
-def pack_corpus(sentences: list[str], meta: dict[str, Any], path: str | Path) -> None:
-    """Write the distinct sentences and their meta as one xz-compressed JSON (read_corpus)."""
-    import lzma
-
-    Path(path).write_bytes(lzma.compress(json.dumps({"meta": meta, "sentences": sorted(set(sentences))}).encode()))
-
-
-def _is_dirs(data) -> bool:
-    """A directory (or packed corpus) or a list of them (rather than a list of sentences)."""
-    if isinstance(data, (str, Path)):
-        return True
-
-    def is_dir(d) -> bool:
-        try:
-            return " " not in str(d) and (Path(str(d)).is_dir() or str(d).endswith(PACKED))
-        except OSError:  # a long sentence is no file name
-            return False
-
-    return bool(data) and all(is_dir(d) for d in data)
-
-
 def pretrain(data: str | Path | list[str], out: str | Path, config: PretrainConfig | None = None, *,
              target=None, progress: bool = True, meta: dict[str, Any] | None = None,
              words: set[str] | None = None, vocab_only: bool = False) -> dict[str, Any]:
@@ -237,7 +173,9 @@ def pretrain(data: str | Path | list[str], out: str | Path, config: PretrainConf
     the vocabulary (`tlm.model.lm.space_words`: the enumerated choices of tasks' spaces, for one
     target or several); `meta` joins tlm.json (e.g. the `targets` of sentences given as a list).
     `vocab_only`: write `out/tokenizer.json` and stop (build the vocabulary where TVM is, train
-    where the GPU is: a later run on `out` keeps that tokenizer).
+    where the GPU is: a later run on `out` keeps that tokenizer). `config.init`: start from that
+    model (tlm.model.lm.warm_start; a TLM-base of other targets learning new ones): its words join
+    the vocabulary and its `targets` the new model's, which serves both.
     Returns the final losses.
     """
     import torch
@@ -247,7 +185,7 @@ def pretrain(data: str | Path | list[str], out: str | Path, config: PretrainConf
         raise TlmError("--device cuda asked for but CUDA is not available")
     out = Path(out)
     meta = {"preset": cfg.preset, **(meta or {})}
-    packable = _is_dirs(data)
+    packable = is_data_dirs(data)
     if packable:
         sentences, sampled_for = read_corpus([data] if isinstance(data, (str, Path)) else list(data))
         meta.update(sampled_for)
@@ -260,31 +198,39 @@ def pretrain(data: str | Path | list[str], out: str | Path, config: PretrainConf
     if not sentences:
         raise TlmError(f"no sentences in {data}")
     train, val = split_sentences(sentences, cfg)
+    init = _init_model(cfg, meta) if cfg.init else None
 
     out.mkdir(parents=True, exist_ok=True)
     saved_cfg = out / "train.json"
     if saved_cfg.is_file() and (out / "checkpoint").exists():
         prev = json.loads(saved_cfg.read_text()).get("config", {})
-        if prev.get("preset") != cfg.preset or prev.get("seed") != cfg.seed:
-            raise TlmError(f"{out} holds a run with another preset or seed: use another --out")
+        if (prev.get("preset"), prev.get("seed"), prev.get("init", "")) != (cfg.preset, cfg.seed, cfg.init):
+            raise TlmError(f"{out} holds a run with another preset, seed or --init: use another --out")
     tok_path = out / "tokenizer.json"
     if tok_path.is_file():
         from tokenizers import Tokenizer
 
         tokenizer = Tokenizer.from_file(str(tok_path))
     else:
-        tokenizer = build_tokenizer(sentence_words(sentences) | (words or set()))
+        known = set(init.vocab.tokenizer.get_vocab()) if init else set()
+        tokenizer = build_tokenizer(sentence_words(sentences) | (words or set()) | known)
         save_tokenizer(tokenizer, out)
     vocab = Vocab(tokenizer)
     if vocab_only:
         if packable:
-            pack_corpus(sentences, {k: meta[k] for k in ("target", "target_id", "targets")}, out / PACKED)
+            pack_corpus(sentences, {k: sampled_for.get(k) for k in ("target", "target_id", "targets")}, out / PACKED)
         return {"steps": 0, "train": len(train), "val": len(val), "vocab": len(vocab)}
 
     model = new_model(cfg.preset, len(vocab), cfg.seed).to(cfg.device)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    state = _load_checkpoint(model, opt, out) or {"step": 0, "history": []}
+    state = _load_checkpoint(model, opt, out)
+    if state is None:
+        state = {"step": 0, "history": []}
+        if init is not None:
+            from tlm.model.lm import warm_start
+
+            state["new_words"] = warm_start(model, vocab, init)
     resumed = state["step"]
     write_json(saved_cfg, {"config": asdict(cfg), "train": len(train), "val": len(val), "vocab": len(vocab)})
 
@@ -334,6 +280,19 @@ def pretrain(data: str | Path | list[str], out: str | Path, config: PretrainConf
             "val": len(val), "vocab": len(vocab)}
 
 
+def _init_model(cfg: PretrainConfig, meta: dict[str, Any]):
+    """The model `cfg.init` names, loaded; `meta` gains its targets and `pretrained_from`."""
+    from tlm.model.lm import load_model, model_targets
+
+    init = load_model(cfg.init)
+    if init.meta.get("preset", cfg.preset) != cfg.preset:
+        raise TlmError(f"--init {cfg.init} is a {init.meta.get('preset')} model, not {cfg.preset} (--preset)")
+    ids = {t.get("target_id") for t in meta.get("targets", [])}
+    meta["targets"] = list(meta.get("targets", [])) + [t for t in model_targets(init.meta) if t.get("target_id") not in ids]
+    meta["pretrained_from"] = cfg.init
+    return init
+
+
 def _cmd_pretrain(args: argparse.Namespace) -> int:
     words: set[str] = set()
     if args.source:
@@ -343,7 +302,7 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
             sets = tasks_for_sources(args.source, spec)
             words |= space_words([t for ts in sets for t in ts.tasks], sets[0].target)
     cfg = PretrainConfig(preset=args.preset, steps=args.steps, device=args.device, seed=args.seed,
-                         batch_size=args.batch_size, lr=args.lr)
+                         batch_size=args.batch_size, lr=args.lr, init=args.init or "")
     res = pretrain(args.data, args.out, cfg, words=words, vocab_only=args.vocab_only)
     if args.vocab_only:
         print(f"vocabulary of {res['vocab']} words in {Path(args.out) / 'tokenizer.json'} "
@@ -366,6 +325,9 @@ def register_cli(subparsers) -> None:
     p.add_argument("--batch-size", type=int, default=0, help="default: the preset's")
     p.add_argument("--lr", type=float, default=0.0, help="default: the preset's")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--init", default=None,
+                   help="a model directory to start from: its weights, its words and targets join (e.g. a CPU "
+                        "TLM-base learning GPU sentences: one model for both)")
     p.add_argument("--source", nargs="*", default=[], help="workloads whose spaces' choices join the vocabulary")
     p.add_argument("--target", nargs="*", default=None,
                    help="targets of --source tasks, each adding its space words (default host)")
