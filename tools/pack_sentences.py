@@ -2,10 +2,10 @@
 
     python tools/pack_sentences.py SAMPLE_DIR OUT_DIR [--name 2026-12-07a]
 
-Writes OUT_DIR/NAME-corpus.json.xz (tlm.model.pretrain.pack_corpus: the distinct sentences and
+Writes OUT_DIR/NAME-corpus.json.xz (tlm.model.sentences.pack_corpus: the distinct sentences and
 what they were sampled for) with the sentences of SAMPLE_DIR (`tlm sample --out`) that no earlier
 `*-corpus.json.xz` of OUT_DIR holds, so the folder only grows; `tlm pretrain --data
-OUT_DIR/*-corpus.json.xz` reads them all (tlm.model.pretrain.read_corpus).
+OUT_DIR/*-corpus.json.xz` reads them all (tlm.model.sentences.read_corpus).
 """
 
 from __future__ import annotations

@@ -111,3 +111,12 @@ def test_corpus_folder_gives_its_correct_sentences(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     with pytest.raises(TlmError, match="holds no record shards"):
         read_corpus([tmp_path / "empty"])
+
+
+def test_cli_takes_init_and_corpus_folders():
+    from tlm.cli import build_parser
+
+    a = build_parser().parse_args(["pretrain", "--data", "data/corpus/llvm-znver4-2c", "data/pretrain/cuda-h100",
+                                   "--out", "o", "--init", "pretrained/tlm-base-llvm-x86_64"])
+    assert a.init == "pretrained/tlm-base-llvm-x86_64" and len(a.data) == 2
+    assert build_parser().parse_args(["pretrain", "--data", "d", "--out", "o"]).init is None

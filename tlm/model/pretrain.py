@@ -317,7 +317,9 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
 def register_cli(subparsers) -> None:
     p = subparsers.add_parser("pretrain", help="pretrain a tensor language model on sampled sentences")
     p.add_argument("--data", required=True, nargs="+",
-                   help="sampling directories (tlm sample --out); several: one model for all their targets")
+                   help="sampling directories (tlm sample --out), GPU bundles, packed corpus files or corpus "
+                        "hardware folders (data/corpus/llvm-znver4-2c: measured programs); several: one model for all "
+                        "their targets")
     p.add_argument("--preset", default="small", choices=list(PRESETS))
     p.add_argument("--out", required=True, help="model directory (re-running resumes)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
