@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     info = {"command": command, "host": platform.processor() or platform.machine(), "gpu_bundle": args.gpu_bundle,
             "gpu_run": args.gpu_run, "cpu_records": args.cpu_records, "rows": rows}
     (out / f"{args.name}.json").write_text(json.dumps(info, indent=1))
-    lines = [f"# {__doc__.splitlines()[0]}", "", f"`{command}`", "",
+    lines = ["# One TLM for CPUs and GPUs: held-out tasks' measured programs under each model (issue 49, item 5)", "", f"`{command}`", "",
              "GPU: the held-out bundle's programs measured on the H200; CPU: the held-out benchmark's records on znver4 and znver5 "
              "(module doc). lp: mean log-probability per value word; pick: the fastest's summed latency over the "
              "likeliest's (1.0: always the fastest).", "",

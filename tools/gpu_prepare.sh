@@ -30,7 +30,7 @@
 #    plan whose functions name their tasks ($CNN/plans/W-dlight): the GPU machine measures the bundle, then
 #    puts each contender's picks into that plan and runs both (ASSEMBLE=, tlm.measure.plan_assemble).
 # 5. (before 4's calls, in the first call) zero-measurement picks of all 91 held-out tasks of the four
-#    workloads in one small bundle (PICKS, 371 programs, ~50 s of the GPU): the shipped cost model's pick of
+#    workloads in one small bundle (PICKS, 371 programs, ~50 s of the GPU; 459 since 2026-12-07c, below): the shipped cost model's pick of
 #    the shipped GPU TLM's 32 samples (`tlm-cm`: TLM@0 as `tlm compile --budget 0` applies it; the CNNs'
 #    never measured), the GPU donors it would put first (`donor`: tlm.search.donors with the GPU shards,
 #    held back from first choices until measured) and the pick of the same TLM fine-tuned again on all 604 GPU
@@ -41,6 +41,9 @@
 #    data/pretrain/cuda-h100 beside the bundles, `PRETRAIN_EXTRA=... bash tools/train_gpu_models.sh`,
 #    fine-tuned from its base on all 604 tasks, 10 epochs; `tlm-b2-cm`), each against dlight's in the
 #    same call (PICKS_COMMITTED: 379 lines, 371 programs built): `python bench/gpu_picks.py PICKS RUN --proposals ...`.
+#    With them, the pick of one TLM for CPUs and GPUs (`tlm-joint-cm`; JOINT: the CPU TLM-base warm-started on the
+#    GPU sentences and two CPUs' measured ones, fine-tuned on every corpus task's best program, CPU and GPU:
+#    pretrained/README.md), PICKS_COMMITTED since 2026-12-07c (469 lines: 90 tasks have a pick).
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 TLM=${TLM:-.venv/bin/tlm}
@@ -56,8 +59,10 @@ FT604_PROPOSALS=${FT604_PROPOSALS:-work/gpu6/heldout-ft604}
 S64_PROPOSALS=${S64_PROPOSALS:-work/gpu6/heldout-s64}
 B2=${B2:-work/gpu-lm4/ft}
 B2_PROPOSALS=${B2_PROPOSALS:-work/gpu6/heldout-b2}
-PICKS_COMMITTED=results/gpu/bundles/picks-2026-12-07b/picks.jsonl.xz  # picks-2026-12-07's 283 and tlm-b2-cm's
-PICKS=${PICKS:-$DBS/bundle-heldout-picks}
+JOINT=${JOINT:-work/joint/ft}
+JOINT_PROPOSALS=${JOINT_PROPOSALS:-work/gpu6/heldout-joint}
+PICKS_COMMITTED=results/gpu/bundles/picks-2026-12-07c/picks.jsonl.xz  # picks-2026-12-07b's 379 and tlm-joint-cm's 90
+PICKS=${PICKS:-$DBS/bundle-heldout-picks-c}
 CM=pretrained/costmodel-cuda-sm90
 ALL4="bert_base-b1-s128 gpt2-b1-s128 resnet_50-b1-i224 mobilenet_v2-b1-i224"
 ahead() {  # the bundles and plans the calls carry, in the order they run (the first call's, then the CNN calls')
@@ -130,7 +135,8 @@ if [ "${1:-}" != "--print" ]; then
   if [ ! -f "$PICKS/manifest.json.gz" ] && [ -f "$PICKS_COMMITTED" ]; then
     mkdir -p "$DBS" && xz -dc "$PICKS_COMMITTED" > "$DBS/picks.jsonl"
   elif [ ! -f "$PICKS/manifest.json.gz" ]; then
-    [ -f "$FT604/tlm.json" ] && [ -f "$B2/tlm.json" ] || { echo "no $FT604 or $B2 (the GPU TLMs of 5. above)" >&2; exit 1; }
+    [ -f "$FT604/tlm.json" ] && [ -f "$B2/tlm.json" ] && [ -f "$JOINT/tlm.json" ] ||
+      { echo "no $FT604, $B2 or $JOINT (the TLMs of 5. above)" >&2; exit 1; }
     $TLM gpu-heldout propose --target h100 --workloads $ALL4 --model "$FT604" --tlm 32 --metaschedule 0 --out "$FT604_PROPOSALS"
     for P in "$DBS/heldout-tlm" "$CNN/heldout-cnn"; do
       $TLM gpu-heldout candidates "$P" --tlm 0:0 --metaschedule 0:0 --cm-top 1 --cost-model $CM --label tlm-cm --out "$P-pick.jsonl"
@@ -145,9 +151,12 @@ if [ "${1:-}" != "--print" ]; then
     $TLM gpu-heldout propose --target h100 --workloads $ALL4 --model "$B2" --tlm 32 --metaschedule 0 --out "$B2_PROPOSALS"
     $TLM gpu-heldout candidates "$B2_PROPOSALS" --tlm 0:0 --metaschedule 0:0 --cm-top 1 --cost-model $CM \
       --label tlm-b2-cm --out "$B2_PROPOSALS-pick.jsonl"
+    $TLM gpu-heldout propose --target h100 --workloads $ALL4 --model "$JOINT" --tlm 32 --metaschedule 0 --out "$JOINT_PROPOSALS"
+    $TLM gpu-heldout candidates "$JOINT_PROPOSALS" --tlm 0:0 --metaschedule 0:0 --cm-top 1 --cost-model $CM \
+      --label tlm-joint-cm --out "$JOINT_PROPOSALS-pick.jsonl"
     cat "$DBS/heldout-tlm-pick.jsonl" "$CNN/heldout-cnn-pick.jsonl" "$DBS/heldout-tlm-donors.jsonl" \
       "$CNN/heldout-cnn-donors.jsonl" "$FT604_PROPOSALS-pick.jsonl" "$S64_PROPOSALS-pick.jsonl" \
-      "$B2_PROPOSALS-pick.jsonl" > "$DBS/picks.jsonl"
+      "$B2_PROPOSALS-pick.jsonl" "$JOINT_PROPOSALS-pick.jsonl" > "$DBS/picks.jsonl"
   fi
   [ -f "$PICKS/manifest.json.gz" ] ||
     $TLM gpu bundle --target h100 --jobs 2 --sources $ALL4 --hold-out none --candidates "$DBS/picks.jsonl" --out "$PICKS"
