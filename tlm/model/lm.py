@@ -251,23 +251,22 @@ def warm_start(model, vocab: Vocab, init: LoadedModel) -> int:
     A TlmError when the two are not of one size (preset)."""
     import torch
 
-    own, theirs = model.state_dict(), init.model.state_dict()
+    own, theirs = model.state_dict(), init.model.state_dict()  # tensors sharing the parameters' storage
     emb = "transformer.wte.weight"
-    for name, w in theirs.items():
-        if name in (emb, "lm_head.weight"):
-            continue
-        if name not in own or own[name].shape != w.shape:
-            raise TlmError(f"--init {init.path}: not a model of this preset ({name})")
-        own[name].copy_(w)
+    bad = [n for n, w in theirs.items() if n not in own or (own[n].shape != w.shape and n not in (emb, "lm_head.weight"))]
+    if bad:
+        raise TlmError(f"--init {init.path}: not a model of this preset ({bad[0]})")
     new = 0
     with torch.no_grad():
+        for name, w in theirs.items():
+            if name not in (emb, "lm_head.weight"):
+                own[name].copy_(w)
         for word, i in vocab.tokenizer.get_vocab().items():
             j = init.vocab.id(word)
             if j is None:
                 new += 1
             else:
                 own[emb][i] = theirs[emb][j]
-    model.load_state_dict(own)
     model.tie_weights()
     return new
 
