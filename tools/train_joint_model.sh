@@ -9,7 +9,7 @@ TLM=${TLM:-.venv/bin/tlm}
 W=${1:-work/joint}
 mkdir -p "$W"
 [ -f "$W/base/tlm.json" ] && grep -q '"step": 2500' "$W/base/tlm.json" ||
-  $TLM pretrain --init pretrained/tlm-base-llvm-x86_64 --data data/pretrain/cuda-h100/*-corpus.json.xz \
+  $TLM pretrain --init pretrained/tlm-base-llvm-x86_64 --data data/pretrain/cuda-h100/2026-12-07[a-e]-corpus.json.xz \
     results/gpu/bundles/bundle-a results/gpu/bundles/bundle-b results/gpu/bundles/bundle-c \
     data/corpus/cuda-h100 data/corpus/cuda-h200 data/corpus/llvm-znver4-2c data/corpus/llvm-rocketlake-2c \
     --out "$W/base" --preset small --steps 2500 --batch-size 64 --lr 5e-4 \
