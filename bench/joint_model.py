@@ -70,24 +70,17 @@ def cpu_programs(records: str) -> dict[str, dict[str, float]]:
     return out
 
 
-def value_scores(lm, sentences: list[str], batch: int = 16) -> list[tuple[float, int]]:
-    """(summed log-prob of the value words, their number) per sentence; the prompt ends at the
-    first decision's context word, `space` (tlm.space.language: every sentence starts its
-    decisions with the design space's index)."""
-    import torch
+def value_scores(lm, sentences: list[str]) -> list[tuple[float, int]]:
+    """(summed log-probability of the value words, their number) per sentence
+    (tlm.model.demos.value_logprobs, as bench/sft_loss.py scores); the prompt ends at the first
+    decision's context word, `space` (tlm.space.language: every sentence starts its decisions with
+    the design space's index)."""
+    from tlm.model.demos import Demo, encode_demo, value_logprobs
 
-    from tlm.model.demos import Demo, encode_demo, token_logprobs
-    from tlm.model.lm import pad_batch
-
-    out: list[tuple[float, int]] = []
-    with torch.no_grad():
-        for b in range(0, len(sentences), batch):
-            part = sentences[b : b + batch]
-            rows = [encode_demo(lm.vocab, Demo("", s, s.split().index("space"), "", ""), "decisions") for s in part]
-            ids, attn, labels = pad_batch(rows, lm.vocab.pad, "cpu")
-            logp, mask = token_logprobs(lm.model, ids, attn, labels)
-            out.extend((float(lp), int(n)) for lp, n in zip(logp.sum(-1), mask.sum(-1)))
-    return out
+    demos = [Demo("", s, s.split().index("space"), "", "") for s in sentences]
+    sums = value_logprobs(lm, demos, batch_size=16)
+    words = [sum(1 for x in encode_demo(lm.vocab, d, "decisions")[1] if x != -100) for d in demos]
+    return list(zip(sums, words))
 
 
 def judge(lm, programs: dict[str, dict[str, float]]) -> dict[str, float]:

@@ -198,6 +198,7 @@ def pretrain(data: str | Path | list[str], out: str | Path, config: PretrainConf
     if not sentences:
         raise TlmError(f"no sentences in {data}")
     train, val = split_sentences(sentences, cfg)
+    packed_meta = {k: meta.get(k) for k in ("target", "target_id", "targets")}  # the data's, not --init's
     init = _init_model(cfg, meta) if cfg.init else None
 
     out.mkdir(parents=True, exist_ok=True)
@@ -218,7 +219,7 @@ def pretrain(data: str | Path | list[str], out: str | Path, config: PretrainConf
     vocab = Vocab(tokenizer)
     if vocab_only:
         if packable:
-            pack_corpus(sentences, {k: sampled_for.get(k) for k in ("target", "target_id", "targets")}, out / PACKED)
+            pack_corpus(sentences, packed_meta, out / PACKED)
         return {"steps": 0, "train": len(train), "val": len(val), "vocab": len(vocab)}
 
     model = new_model(cfg.preset, len(vocab), cfg.seed).to(cfg.device)
