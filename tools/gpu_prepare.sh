@@ -54,12 +54,13 @@ HELDOUT_ALL=${HELDOUT_ALL:-results/gpu/bundles/bundle-heldout-all}  # its manife
 CNN=${CNN:-work/gpu5}
 CNN_WORKLOADS="mobilenet_v2-b1-i224 resnet_50-b1-i224"
 RUN_A=results/gpu/run-2026-12-04-h200-a
-FT604=${FT604:-work/gpu-lm3/ft604}
+# the three candidate TLMs (FT604, B2, JOINT): their files as the picks were made, kept in pretrained/candidates
+FT604=${FT604:-pretrained/candidates/tlm-ft604-cuda-sm90}
 FT604_PROPOSALS=${FT604_PROPOSALS:-work/gpu6/heldout-ft604}
 S64_PROPOSALS=${S64_PROPOSALS:-work/gpu6/heldout-s64}
-B2=${B2:-work/gpu-lm4/ft}
+B2=${B2:-pretrained/candidates/tlm-b2-cuda-sm90}
 B2_PROPOSALS=${B2_PROPOSALS:-work/gpu6/heldout-b2}
-JOINT=${JOINT:-work/joint/ft}
+JOINT=${JOINT:-pretrained/candidates/tlm-joint-llvm-cuda}
 JOINT_PROPOSALS=${JOINT_PROPOSALS:-work/gpu6/heldout-joint}
 PICKS_COMMITTED=results/gpu/bundles/picks-2026-12-07c/picks.jsonl.xz  # picks-2026-12-07b's 379 and tlm-joint-cm's 90
 PICKS=${PICKS:-$DBS/bundle-heldout-picks-c}
@@ -131,7 +132,7 @@ if [ "${1:-}" != "--print" ]; then
     fi
   done
   # 5. (the CNN proposals unpacked by 4); the committed candidates go into the bundle; without them they
-  #    are made again from the models (FT604 and B2, which only the machine that trained them has)
+  #    are made again from the models (FT604, B2 and JOINT: pretrained/candidates)
   if [ ! -f "$PICKS/manifest.json.gz" ] && [ -f "$PICKS_COMMITTED" ]; then
     mkdir -p "$DBS" && xz -dc "$PICKS_COMMITTED" > "$DBS/picks.jsonl"
   elif [ ! -f "$PICKS/manifest.json.gz" ]; then
