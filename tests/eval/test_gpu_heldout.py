@@ -220,3 +220,40 @@ def test_report_with_donors_measured(tmp_path):
     assert by["b"]["tlm@0+cm+donors"] == pytest.approx(10)  # its donor was wrong: dlight's
     assert by["c"]["tlm@0+cm+donors"] == pytest.approx(8)  # no donor first: the cost model's pick
     assert any(t["row"] == "tlm@0+cm+donors" for t in rep["targets"])
+
+
+def test_proposals_of_training_workloads_leave_the_test_tasks_out(monkeypatch, tmp_path):
+    """`propose --hold-out test --kinds`: a GPU training round's tasks. Extraction is replaced by
+    made-up task lists (a unit test of the selection, not of TVM's extraction)."""
+    from types import SimpleNamespace as NS
+
+    import tlm.graph.sources as sources
+    import tlm.graph.zoo as zoo
+    from tlm.eval.gpu_heldout import ProposeConfig, heldout_tasks, propose
+
+    def task(h, kind, flops=1.0, weight=1):
+        return NS(hash=h, name=f"{kind}_{h}", kind=kind, flops=flops, weight=weight)
+
+    lists = {"test-w": [task("a0a0a0a0a0a0a0a0", "matmul"), task("b1b1b1b1b1b1b1b1", "softmax")],
+             "train-w": [task("a0a0a0a0a0a0a0a0", "matmul", 9.0), task("c2c2c2c2c2c2c2c2", "matmul", 2.0), task("d3d3d3d3d3d3d3d3", "softmax", 5.0),
+                         task("e4e4e4e4e4e4e4e4", "reshape")]}
+    monkeypatch.setattr(zoo, "list_workloads", lambda split=None: [NS(name="test-w")])
+    monkeypatch.setattr(sources, "tasks_for_sources", lambda ws, target: [NS(tasks=lists[w]) for w in ws])
+    hashes = lambda ts: [t.hash[0] for t in ts]  # noqa: E731
+    tasks, calls = heldout_tasks(["train-w"], None)
+    assert hashes(tasks) == ["a", "d", "c", "e"]  # calls x flops, largest first
+    tasks, calls = heldout_tasks(["train-w"], None, "test")
+    assert hashes(tasks) == ["d", "c", "e"] and sorted(h[0] for h in calls["train-w"]) == ["c", "d", "e"]
+    tasks, _ = heldout_tasks(["train-w"], None, "test", ["matmul", "layer_norm"])
+    assert hashes(tasks) == ["c"]
+    with pytest.raises(Exception, match="unknown --hold-out"):
+        heldout_tasks(["train-w"], None, "all")
+    # a folder proposed before hold_out and kinds existed resumes with their defaults, not with others
+    import dataclasses
+    old = {k: v for k, v in dataclasses.asdict(ProposeConfig(workloads=["train-w"], tlm=0, metaschedule=0)).items()
+           if k not in ("hold_out", "kinds")}
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    monkeypatch.setattr("tlm.graph.target.resolve_target", lambda t: t)
+    assert propose(ProposeConfig(workloads=["train-w"], tlm=0, metaschedule=0), tmp_path, progress=False).exists()
+    with pytest.raises(Exception, match="another config"):
+        propose(ProposeConfig(workloads=["train-w"], tlm=0, metaschedule=0, kinds=["matmul"]), tmp_path, progress=False)

@@ -44,18 +44,32 @@ class ProposeConfig:
     tlm: int = 10  # programs of the model per task (greedy first)
     metaschedule: int = 64
     seed: int = 0
+    # a training round's proposals (the same files, measured and ingested as training records):
+    # "test" leaves out every task of the test workloads, as `tlm gpu bundle --hold-out test` does
+    hold_out: str = "none"
+    kinds: list[str] = field(default_factory=list)  # only tasks of these kinds (empty: every task)
 
 
-def heldout_tasks(workloads: list[str], target) -> tuple[list, dict[str, dict[str, float]]]:
+def heldout_tasks(workloads: list[str], target, hold_out: str = "none", kinds: list[str] | None = None
+                  ) -> tuple[list, dict[str, dict[str, float]]]:
     """The distinct tasks of the workloads, largest (calls x flops) first, and per workload the
-    calls of each task (its weight in that model)."""
+    calls of each task (its weight in that model); with hold_out="test" none of a test workload's
+    tasks (training workloads' proposals), with `kinds` only tasks of those kinds."""
     from tlm.graph.sources import tasks_for_sources
+    from tlm.graph.zoo import list_workloads
 
+    if hold_out not in ("none", "test"):
+        raise TlmError(f"unknown --hold-out {hold_out!r} (choose test or none)")
+    tests = [w.name for w in list_workloads("test")] if hold_out == "test" else []
+    found = tasks_for_sources([*tests, *workloads], target)  # one extraction of all (in workers)
+    held_out = {t.hash for ts in found[: len(tests)] for t in ts.tasks}
     by_hash: dict[str, Any] = {}
     calls: dict[str, dict[str, float]] = {}
-    for w, ts in zip(workloads, tasks_for_sources(workloads, target)):
+    for w, ts in zip(workloads, found[len(tests):]):
         calls[w] = {}
         for t in ts.tasks:
+            if t.hash in held_out or (kinds and t.kind not in kinds):
+                continue
             calls[w][t.hash] = calls[w].get(t.hash, 0.0) + t.weight
             by_hash.setdefault(t.hash, t)
     tasks = sorted(by_hash.values(), key=lambda t: -max(c.get(t.hash, 0.0) for c in calls.values()) * t.flops)
@@ -93,11 +107,12 @@ def propose(cfg: ProposeConfig, out: str | Path, progress: bool = True) -> Path:
     out = Path(out)
     (out / "proposals").mkdir(parents=True, exist_ok=True)
     cfg_path = out / "config.json"
-    if cfg_path.exists() and json.loads(cfg_path.read_text()) != asdict(cfg):
+    # a folder proposed before a field existed was proposed with that field's default
+    if cfg_path.exists() and {**asdict(ProposeConfig()), **json.loads(cfg_path.read_text())} != asdict(cfg):
         raise TlmError(f"{out} was proposed with another config ({cfg_path}): use another --out")
     cfg_path.write_text(json.dumps(asdict(cfg), indent=1))
     target = resolve_target(cfg.target)
-    tasks, calls = heldout_tasks(cfg.workloads, target)
+    tasks, calls = heldout_tasks(cfg.workloads, target, cfg.hold_out, cfg.kinds)
     (out / "tasks.json").write_text(json.dumps({"calls": calls, "tasks": {t.hash: t.name for t in tasks}}, indent=1))
     gen = Generator.from_dir(cfg.model, target) if cfg.tlm else None
     for i, task in enumerate(tasks):
@@ -162,7 +177,7 @@ def write_candidates(out: Path, path: Path | None = None, workloads: list[str] |
 # ---------------------------------------------------------------- command line
 def _cmd_propose(args: argparse.Namespace) -> int:
     cfg = ProposeConfig(target=args.target, workloads=args.workloads, model=args.model, tlm=args.tlm,
-                        metaschedule=args.metaschedule, seed=args.seed)
+                        metaschedule=args.metaschedule, seed=args.seed, hold_out=args.hold_out, kinds=args.kinds or [])
     if cfg.tlm and not Path(cfg.model, "tlm.json").is_file():
         raise TlmError(f"no model in {cfg.model!r} (--model: a fine-tuned TLM directory)")
     path = propose(cfg, args.out)
@@ -197,7 +212,8 @@ def _proposal_tasks(proposals: str | Path) -> dict[str, Any]:
     from tlm.graph.target import resolve_target
 
     cfg = json.loads((Path(proposals) / "config.json").read_text())
-    return {t.hash: t for t in heldout_tasks(cfg["workloads"], resolve_target(cfg["target"]))[0]}
+    return {t.hash: t for t in heldout_tasks(cfg["workloads"], resolve_target(cfg["target"]), cfg.get("hold_out", "none"),
+                                             cfg.get("kinds"))[0]}
 
 
 def _cmd_donors(args: argparse.Namespace) -> int:
@@ -219,6 +235,9 @@ def register_cli(subparsers) -> None:
     q.add_argument("--tlm", type=int, default=10, help="the model's programs per task")
     q.add_argument("--metaschedule", type=int, default=64, help="MetaSchedule's first-round programs per task")
     q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--hold-out", choices=("none", "test"), default="none",
+                   help="test: leave out every task of the test workloads (proposals of training workloads: a GPU round)")
+    q.add_argument("--kinds", nargs="+", default=None, help="only tasks of these kinds (matmul, softmax, ...)")
     q.add_argument("--out", required=True)
     q.set_defaults(func=_cmd_propose)
     q = sub.add_parser("candidates", help="a part of the proposals as tlm gpu bundle --candidates lines")

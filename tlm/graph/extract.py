@@ -166,10 +166,17 @@ def training_tasks(train_sources: list[str], test_sources: list[str], target=Non
     Hold-out is per subgraph, as in the paper: a task shared with any test workload is never
     trained on, even when it also occurs in a training workload.
     """
-    held_out = {t.hash for s in test_sources for t in tasks_for_source(s, target).tasks}
+    return drop_held_out([tasks_for_source(s, target) for s in train_sources],
+                         [tasks_for_source(s, target) for s in test_sources])
+
+
+def drop_held_out(train_sets: list, test_sets: list) -> list[Task]:
+    """`training_tasks` of TaskSets already extracted (tlm.graph.sources.tasks_for_sources): the
+    training sets' distinct tasks, weights summed, minus every task of a test set."""
+    held_out = {t.hash for ts in test_sets for t in ts.tasks}
     seen: dict[str, Task] = {}
-    for source in train_sources:
-        for task in tasks_for_source(source, target).tasks:
+    for ts in train_sets:
+        for task in ts.tasks:
             if task.hash in held_out:
                 continue
             if task.hash in seen:

@@ -242,7 +242,7 @@ def expand_sources(sources: list[str]) -> list[str]:
 
 def corpus_tasks(sources: list[str], hold_out: str = "none", target=None) -> tuple[list[Task], TargetInfo]:
     """Tasks of `sources`; with hold_out="test", minus every task of the held-out test workloads."""
-    from tlm.graph.extract import training_tasks
+    from tlm.graph.extract import drop_held_out
     from tlm.graph.sources import tasks_for_sources
     from tlm.graph.target import resolve_target
     from tlm.graph.zoo import list_workloads
@@ -251,8 +251,8 @@ def corpus_tasks(sources: list[str], hold_out: str = "none", target=None) -> tup
     target = resolve_target(target)
     if hold_out == "test":
         tests = [w.name for w in list_workloads("test")]
-        tasks_for_sources([*tests, *sources], target)  # extracted in workers: see there
-        return training_tasks(sources, tests, target), target
+        found = tasks_for_sources([*tests, *sources], target)  # extracted in workers, each cache read once
+        return drop_held_out(found[len(tests):], found[: len(tests)]), target
     if hold_out != "none":
         raise TlmError(f"unknown --hold-out {hold_out!r} (choose test or none)")
     return [t for ts in tasks_for_sources(sources, target) for t in ts.tasks], target
