@@ -18,6 +18,12 @@
 #    which run -a measured the first 2,072): `tlm gpu bundle --rest-of` builds the 3,066 left from the
 #    committed manifest's sentences and tasks (results/gpu/bundles/bundle-c), with no sampling and no
 #    extraction (was: the whole bundle rebuilt with seed 0, ~1.5 h, and the runner seeded with RESUME).
+# 7. (since 2026-12-07, in the first call after the picks) a GPU training round: the joint TLM's 16 programs of
+#    each of the 94 matmul, softmax, layer-norm and mean training tasks of 15 transformer workloads (R1, 1,492
+#    programs; the held-out sums turn on a few matmuls, and the GPU corpus has random programs of such tasks
+#    only): `tlm gpu-heldout propose --hold-out test --kinds ...`, then `tlm gpu bundle --hold-out test
+#    --candidates`; committed as results/gpu/bundles/r1-2026-12-07 (its candidates, manifest and tasks), its
+#    records go into the corpus like any training bundle's.
 # The call (one, ~9 minutes) carries about 42 MiB with `tools/device_tree.sh drop` (the tree itself 3 MiB, the cubins
 # compiled ahead 15 MB; restore after it).
 # 4. a second call, in the same session if 6 minutes of device time are left, else the next: the whole-model
@@ -64,10 +70,12 @@ JOINT=${JOINT:-pretrained/candidates/tlm-joint-llvm-cuda}
 JOINT_PROPOSALS=${JOINT_PROPOSALS:-work/gpu6/heldout-joint}
 PICKS_COMMITTED=results/gpu/bundles/picks-2026-12-07c/picks.jsonl.xz  # picks-2026-12-07b's 379 and tlm-joint-cm's 90
 PICKS=${PICKS:-$DBS/bundle-heldout-picks-c}
+R1=${R1:-work/gpu7/bundle-r1}
+R1_COMMITTED=results/gpu/bundles/r1-2026-12-07
 CM=pretrained/costmodel-cuda-sm90
 ALL4="bert_base-b1-s128 gpt2-b1-s128 resnet_50-b1-i224 mobilenet_v2-b1-i224"
 ahead() {  # the bundles and plans the calls carry, in the order they run (the first call's, then the CNN calls')
-  echo "$PICKS" $(ls -d "$PLANS_DIR"/* 2>/dev/null) "$BUNDLE_C"
+  echo "$PICKS" "$R1" $(ls -d "$PLANS_DIR"/* 2>/dev/null) "$BUNDLE_C"
   for w in $CNN_WORKLOADS; do echo "$CNN/bundle-heldout-${w%%-*}" "$CNN/plans/$w-dlight" "$CNN/bundle-heldout-${w%%-*}-rest"; done
 }
 # Bundle C itself was `tlm gpu bundle --target h100 --per-task 12 --jobs 2 --task-seconds 30 --skip
@@ -161,6 +169,12 @@ if [ "${1:-}" != "--print" ]; then
   fi
   [ -f "$PICKS/manifest.json.gz" ] ||
     $TLM gpu bundle --target h100 --jobs 2 --sources $ALL4 --hold-out none --candidates "$DBS/picks.jsonl" --out "$PICKS"
+  # 7. the training round's bundle, from the committed candidates (the same programs; no model, no sampling)
+  if [ ! -f "$R1/manifest.json.gz" ]; then
+    mkdir -p "$(dirname "$R1")" && xz -dc "$R1_COMMITTED/candidates.jsonl.xz" > "$R1.candidates.jsonl"
+    $TLM gpu bundle --target h100 --jobs 2 --hold-out test --candidates "$R1.candidates.jsonl" --out "$R1" \
+      --sources $(python3 -c "import json, sys; print(*json.load(open(sys.argv[1]))['workloads'])" "$R1_COMMITTED/propose-config.json")
+  fi
   # 6. every file of every call compiled ahead, here (tlm gpu precompile, resumes; the first call's 1,572 files
   #    took ~1 h of 2 cores shared with other work, the CNN calls' 730 ~50 min more, bench/results/gpu-ahead.md): the
   #    GPU machine then times programs instead of running nvcc (run-2026-12-04-h200-a was compile-bound: 14
@@ -169,17 +183,20 @@ if [ "${1:-}" != "--print" ]; then
 fi
 du -sh "$BUNDLE_C" "$PLANS_DIR" "$PICKS" 2>/dev/null || true
 $TLM gpu precompile --check $(ahead) || true  # what is not compiled ahead, the GPU machine compiles (slower; its log says)
-EST1=$(bash tools/device_tree.sh estimate "$PICKS" "$BUNDLE_C" "$PLANS_DIR")
+EST1=$(bash tools/device_tree.sh estimate "$PICKS" "$R1" "$BUNDLE_C" "$PLANS_DIR")
 cat <<EOT
 Ready. The call (device tool, one command; check \`status\` first, and give_back if no second call follows):
   bash tools/device_tree.sh drop
-  run: command='PLANS="\$(ls -d $PLANS_DIR/*)" PLAN_SECONDS=60 PYTORCH=1 COMPILE=1 PYTORCH_SECONDS=200 BUDGET=560 bash bench/gpu_device.sh $PICKS:60 $BUNDLE_C:420 2>&1 | grep -v pow_by_natural'
-       carry=["$PICKS", "$BUNDLE_C", "$PLANS_DIR"] timeout_s=600   (carries $EST1)
+  run: command='PLANS="\$(ls -d $PLANS_DIR/*)" PLAN_SECONDS=60 PYTORCH=1 COMPILE=1 PYTORCH_SECONDS=200 BUDGET=560 bash bench/gpu_device.sh $PICKS:60 $R1:120 $BUNDLE_C:420 2>&1 | grep -v pow_by_natural'
+       carry=["$PICKS", "$R1", "$BUNDLE_C", "$PLANS_DIR"] timeout_s=600   (carries $EST1)
   bash tools/device_tree.sh restore
 Then, here: copy the call's files to results/gpu/run-<date>-<card>-<letter>/ (the card: status's device), and
   python bench/gpu_plans.py results/gpu/run-...            (bench/results/gpu-e2e.md)
   python bench/gpu_picks.py $PICKS results/gpu/run-... --proposals $DBS/heldout-tlm $CNN/heldout-cnn --out bench/results/gpu-picks-<date>
   $TLM gpu ingest $BUNDLE_C results/gpu/run-... --db work/gpu/db --corpus data/corpus   (+ --card h200 on an H200)
+  $TLM gpu ingest $R1 results/gpu/run-... --db work/gpu/db --corpus data/corpus        (the same; then the GPU cost model
+     refit on the corpus, \`bash tools/train_gpu_models.sh\`, and its picks of the held-out samples measured before:
+     python bench/gpu_costmodel_cv.py ... as bench/results/gpu-costmodel-cv-2026-12-06.md says)
   (copy the plans' manifests to results/gpu/bundles/plans-<date>/ as results/gpu/README.md says)
 
 The second call (4.), one workload a call (~9.5 minutes each, its files compiled ahead or not; mobilenet_v2 first):
