@@ -52,28 +52,7 @@
 #    pretrained/README.md), PICKS_COMMITTED since 2026-12-07c (469 lines: 90 tasks have a pick).
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
-TLM=${TLM:-.venv/bin/tlm}
-BUNDLE_C=${BUNDLE_C:-work/gpu2/bundle-c-rest}
-DBS=${DBS:-work/gpu4}
-PLANS_DIR=${PLANS_DIR:-work/gpu4/plans}
-HELDOUT_ALL=${HELDOUT_ALL:-results/gpu/bundles/bundle-heldout-all}  # its manifest and tasks: all ingest reads
-CNN=${CNN:-work/gpu5}
-CNN_WORKLOADS="mobilenet_v2-b1-i224 resnet_50-b1-i224"
-RUN_A=results/gpu/run-2026-12-04-h200-a
-# the three candidate TLMs (FT604, B2, JOINT): their files as the picks were made, kept in pretrained/candidates
-FT604=${FT604:-pretrained/candidates/tlm-ft604-cuda-sm90}
-FT604_PROPOSALS=${FT604_PROPOSALS:-work/gpu6/heldout-ft604}
-S64_PROPOSALS=${S64_PROPOSALS:-work/gpu6/heldout-s64}
-B2=${B2:-pretrained/candidates/tlm-b2-cuda-sm90}
-B2_PROPOSALS=${B2_PROPOSALS:-work/gpu6/heldout-b2}
-JOINT=${JOINT:-pretrained/candidates/tlm-joint-llvm-cuda}
-JOINT_PROPOSALS=${JOINT_PROPOSALS:-work/gpu6/heldout-joint}
-PICKS_COMMITTED=results/gpu/bundles/picks-2026-12-07c/picks.jsonl.xz  # picks-2026-12-07b's 379 and tlm-joint-cm's 90
-PICKS=${PICKS:-$DBS/bundle-heldout-picks-c}
-R1=${R1:-work/gpu7/bundle-r1}
-R1_COMMITTED=results/gpu/bundles/r1-2026-12-07
-CM=pretrained/costmodel-cuda-sm90
-ALL4="bert_base-b1-s128 gpt2-b1-s128 resnet_50-b1-i224 mobilenet_v2-b1-i224"
+source tools/gpu_paths.sh  # TLM, BUNDLE_C, DBS, PLANS_DIR, CNN, PICKS, R1, ... (the calls' folders)
 ahead() {  # the bundles and plans the calls carry, in the order they run (the first call's, then the CNN calls')
   echo "$PICKS" "$R1" $(ls -d "$PLANS_DIR"/* 2>/dev/null) "$BUNDLE_C"
   for w in $CNN_WORKLOADS; do echo "$CNN/bundle-heldout-${w%%-*}" "$CNN/plans/$w-dlight" "$CNN/bundle-heldout-${w%%-*}-rest"; done
@@ -190,14 +169,15 @@ Ready. The call (device tool, one command; check \`status\` first, and give_back
   run: command='PLANS="\$(ls -d $PLANS_DIR/*)" PLAN_SECONDS=60 PYTORCH=1 COMPILE=1 PYTORCH_SECONDS=200 BUDGET=560 bash bench/gpu_device.sh $PICKS:60 $R1:120 $BUNDLE_C:420 2>&1 | grep -v pow_by_natural'
        carry=["$PICKS", "$R1", "$BUNDLE_C", "$PLANS_DIR"] timeout_s=600   (carries $EST1)
   bash tools/device_tree.sh restore
-Then, here: copy the call's files to results/gpu/run-<date>-<card>-<letter>/ (the card: status's device), and
+Then, here: bash tools/gpu_after.sh FILES results/gpu/run-<date>-<card>-<letter> (FILES: the call's files_at; the
+card: status's device) files them and runs all of these:
   python bench/gpu_plans.py results/gpu/run-...            (bench/results/gpu-e2e.md)
   python bench/gpu_picks.py $PICKS results/gpu/run-... --proposals $DBS/heldout-tlm $CNN/heldout-cnn --out bench/results/gpu-picks-<date>
   $TLM gpu ingest $BUNDLE_C results/gpu/run-... --db work/gpu/db --corpus data/corpus   (+ --card h200 on an H200)
   $TLM gpu ingest $R1 results/gpu/run-... --db work/gpu/db --corpus data/corpus        (the same; then the GPU cost model
      refit on the corpus, \`bash tools/train_gpu_models.sh\`, and its picks of the held-out samples measured before:
      python bench/gpu_costmodel_cv.py ... as bench/results/gpu-costmodel-cv-2026-12-06.md says)
-  (copy the plans' manifests to results/gpu/bundles/plans-<date>/ as results/gpu/README.md says)
+  (and keeps the plans' manifests in results/gpu/bundles/plans-<date>/, as results/gpu/README.md says)
 
 The second call (4.), one workload a call (~9.5 minutes each, its files compiled ahead or not; mobilenet_v2 first):
 EOT
@@ -224,9 +204,10 @@ cat <<EOT
   (bench/results/gpu-ahead.md), ~3 minutes of each call's 300 s on the GPU machine's 14 processes if its
   cores are like these; compiled ahead (step 6), the call only times them. The -rest bundles, TLM's samples
   10-32, get what is left and may be cut: RESUME finishes them later.)
-Then, here: python bench/gpu_plans.py RUN (TLM@10g against MetaSchedule@64g), and the held-out report of the
+Then, here: bash tools/gpu_after.sh FILES RUN, which runs python bench/gpu_plans.py RUN (TLM@10g against
+MetaSchedule@64g), and the held-out report of the
 bundle's tasks (B: the bundle): tlm gpu-heldout report B RUN --random B RUN --more B-rest RUN --proposals $CNN/heldout-cnn \
-  --cost-model pretrained/costmodel-cuda-sm90 --out bench/results/gpu-heldout-cnn
+  --cost-model pretrained/costmodel-cuda-sm90 --out bench/results/gpu-heldout-W-<date>
 (random@10 has no program there: its target is said not measured). Bundles ready:
 EOT
 for w in $CNN_WORKLOADS; do
