@@ -20,6 +20,10 @@ the order a tuner would measure them:
 Proposals are written per (task, proposer) as they are made, so a stopped run resumes. Parts of
 them go to bundles as candidates lines (`candidates`, with the cost model's top N: `--cm-top`), the
 GPU donors a first choice would take as more (`donors`); the report is tlm.eval.gpu_heldout_report.
+
+`propose --hold-out test --kinds ...` serves a GPU training round the same way: a model's programs of
+training workloads' tasks (none of a test workload's), bundled with `tlm gpu bundle --hold-out test
+--candidates` and ingested into the corpus after the GPU run (tools/gpu_prepare.sh, step 7).
 """
 
 from __future__ import annotations
