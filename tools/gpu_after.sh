@@ -11,7 +11,7 @@
 # - plans.jsonl: bench/gpu_plans.py (bench/results/gpu-e2e.md), and each plan's manifest kept in
 #   results/gpu/bundles/plans-<date>/ (as results/gpu/README.md says);
 # - the picks bundle: bench/gpu_picks.py against dlight (bench/results/gpu-picks-<date>);
-# - the training bundles (bundle C's rest, the round R1): their records into the corpus (`tlm gpu ingest
+# - the training bundles (bundle C's rest, the rounds R1 and R2): their records into the corpus (`tlm gpu ingest
 #   --corpus data/corpus`, `--card h200` on an H200);
 # - the CNN calls' held-out bundles: `tlm gpu-heldout report` per workload (bench/results/gpu-heldout-W-<date>).
 # Then it prints what is left by hand (the run's line in results/gpu/README.md, the figures in the README).
@@ -57,7 +57,7 @@ if has "$PICKS"; then
   python3 bench/gpu_picks.py "$PICKS" "$RUN" --proposals "$DBS/heldout-tlm" "$CNN/heldout-cnn" --out "bench/results/gpu-picks-$DATE"
   done_any=1
 fi
-for b in "$BUNDLE_C" "$R1"; do
+for b in "$BUNDLE_C" "$R1" "$R2"; do
   if has "$b"; then
     $TLM gpu ingest "$b" "$RUN" --db work/gpu/db --corpus data/corpus "${CARD_ARG[@]}"
     done_any=1

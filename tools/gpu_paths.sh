@@ -20,5 +20,7 @@ PICKS_COMMITTED=results/gpu/bundles/picks-2026-12-07c/picks.jsonl.xz  # picks-20
 PICKS=${PICKS:-$DBS/bundle-heldout-picks-c}
 R1=${R1:-work/gpu7/bundle-r1}
 R1_COMMITTED=results/gpu/bundles/r1-2026-12-07
+R2=${R2:-work/gpu7/bundle-r2}
+R2_COMMITTED=results/gpu/bundles/r2-2026-12-07
 CM=pretrained/costmodel-cuda-sm90
 ALL4="bert_base-b1-s128 gpt2-b1-s128 resnet_50-b1-i224 mobilenet_v2-b1-i224"

@@ -24,6 +24,9 @@
 #    only): `tlm gpu-heldout propose --hold-out test --kinds ...`, then `tlm gpu bundle --hold-out test
 #    --candidates`; committed as results/gpu/bundles/r1-2026-12-07 (its candidates, manifest and tasks), its
 #    records go into the corpus like any training bundle's.
+# 8. a second training round for a later call (R2, results/gpu/bundles/r2-2026-12-07): the same joint TLM's 8
+#    programs of each of the 98 conv2d training tasks of resnet_50 and mobilenet_v2 at 240 and 256 pixels (771
+#    programs; `--kinds conv2d --tlm 8`), built and compiled ahead the same way.
 # The call (one, ~9 minutes) carries about 42 MiB with `tools/device_tree.sh drop` (the tree itself 3 MiB, the cubins
 # compiled ahead 15 MB; restore after it).
 # 4. a second call, in the same session if 6 minutes of device time are left, else the next: the whole-model
@@ -54,7 +57,7 @@ set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 source tools/gpu_paths.sh  # TLM, BUNDLE_C, DBS, PLANS_DIR, CNN, PICKS, R1, ... (the calls' folders)
 ahead() {  # the bundles and plans the calls carry, in the order they run (the first call's, then the CNN calls')
-  echo "$PICKS" "$R1" $(ls -d "$PLANS_DIR"/* 2>/dev/null) "$BUNDLE_C"
+  echo "$PICKS" "$R1" $(ls -d "$PLANS_DIR"/* 2>/dev/null) "$BUNDLE_C" "$R2"
   for w in $CNN_WORKLOADS; do echo "$CNN/bundle-heldout-${w%%-*}" "$CNN/plans/$w-dlight" "$CNN/bundle-heldout-${w%%-*}-rest"; done
 }
 # Bundle C itself was `tlm gpu bundle --target h100 --per-task 12 --jobs 2 --task-seconds 30 --skip
@@ -148,12 +151,15 @@ if [ "${1:-}" != "--print" ]; then
   fi
   [ -f "$PICKS/manifest.json.gz" ] ||
     $TLM gpu bundle --target h100 --jobs 2 --sources $ALL4 --hold-out none --candidates "$DBS/picks.jsonl" --out "$PICKS"
-  # 7. the training round's bundle, from the committed candidates (the same programs; no model, no sampling)
-  if [ ! -f "$R1/manifest.json.gz" ]; then
-    mkdir -p "$(dirname "$R1")" && xz -dc "$R1_COMMITTED/candidates.jsonl.xz" > "$R1.candidates.jsonl"
-    $TLM gpu bundle --target h100 --jobs 2 --hold-out test --candidates "$R1.candidates.jsonl" --out "$R1" \
-      --sources $(python3 -c "import json, sys; print(*json.load(open(sys.argv[1]))['workloads'])" "$R1_COMMITTED/propose-config.json")
-  fi
+  # 7. and 8. the training rounds' bundles, from the committed candidates (the same programs; no model, no sampling)
+  for r in "$R1:$R1_COMMITTED" "$R2:$R2_COMMITTED"; do
+    b=${r%%:*} c=${r#*:}
+    if [ ! -f "$b/manifest.json.gz" ]; then
+      mkdir -p "$(dirname "$b")" && xz -dc "$c/candidates.jsonl.xz" > "$b.candidates.jsonl"
+      $TLM gpu bundle --target h100 --jobs 2 --hold-out test --candidates "$b.candidates.jsonl" --out "$b" \
+        --sources $(python3 -c "import json, sys; print(*json.load(open(sys.argv[1]))['workloads'])" "$c/propose-config.json")
+    fi
+  done
   # 6. every file of every call compiled ahead, here (tlm gpu precompile, resumes; the first call's 1,572 files
   #    took ~1 h of 2 cores shared with other work, the CNN calls' 730 ~50 min more, bench/results/gpu-ahead.md): the
   #    GPU machine then times programs instead of running nvcc (run-2026-12-04-h200-a was compile-bound: 14
@@ -216,3 +222,10 @@ for w in $CNN_WORKLOADS; do
     [ -f "$x/manifest.json.gz" ] && echo "  $x ($(du -sh "$x" | cut -f1))" || echo "  $x: not built yet"
   done
 done
+cat <<EOT
+
+A later call (when the calls above are done, or one whose CNN call has no time for it): the second training round,
+  run: command='BUDGET=560 PYTORCH=0 bash bench/gpu_device.sh $R2:500'
+       carry=["$R2"] timeout_s=600   (carries $(bash tools/device_tree.sh estimate "$R2"); the tree dropped as above)
+then bash tools/gpu_after.sh FILES RUN ingests it (771 conv programs; 98 training tasks).
+EOT
