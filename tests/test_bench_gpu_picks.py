@@ -40,3 +40,6 @@ def test_picks_summed_per_workload_with_donors_and_dlight_charged(tmp_path):
     assert rep["charged_dlight"] == {"new-cm": 1}
     text = markdown(rep, "python bench/gpu_picks.py ...", "NVIDIA H100")
     assert "| w | 2 | 0.022 | 0.014 | 0.017 | 0.009 |" in text
+    # each task once: dlight 12 us; new-cm 6 + 2 (b charged dlight's), tlm-cm 8 + 1, tlm-cm+donor 4 + 1
+    assert "- new-cm: 1.500x (met)" in text and "- tlm-cm: 1.333x (missed)" in text
+    assert "- tlm-cm+donor: 2.400x (met)" in text
