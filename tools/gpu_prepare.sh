@@ -27,8 +27,8 @@
 # 8. a second training round for a later call (R2, results/gpu/bundles/r2-2026-12-07): the same joint TLM's 8
 #    programs of each of the 98 conv2d training tasks of resnet_50 and mobilenet_v2 at 240 and 256 pixels (771
 #    programs; `--kinds conv2d --tlm 8`), built and compiled ahead the same way.
-# The call (one, ~9 minutes) carries about 49 MiB with `tools/device_tree.sh drop` (the tree itself 3 MiB, the cubins
-# compiled ahead 15 MB; restore after it).
+# The call (one, ~9 minutes) carries about 49 MiB with `tools/device_tree.sh drop` (the tree itself 3 MiB, the rest its
+# bundles and plans with their cubins compiled ahead; restore after it).
 # 4. a second call, in the same session if 6 minutes of device time are left, else the next: the whole-model
 #    TLM@10g and MetaSchedule@64g of mobilenet_v2 and resnet_50 (issue 49's end-to-end target names all
 #    four workloads; only bert_base and gpt2 have them). `tlm gpu-heldout propose` made the shipped GPU
