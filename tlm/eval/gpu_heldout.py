@@ -59,17 +59,12 @@ def heldout_tasks(workloads: list[str], target, hold_out: str = "none", kinds: l
     """The distinct tasks of the workloads, largest (calls x flops) first, and per workload the
     calls of each task (its weight in that model); with hold_out="test" none of a test workload's
     tasks (training workloads' proposals), with `kinds` only tasks of those kinds."""
-    from tlm.graph.sources import tasks_for_sources
-    from tlm.graph.zoo import list_workloads
+    from tlm.graph.sources import held_out_split
 
-    if hold_out not in ("none", "test"):
-        raise TlmError(f"unknown --hold-out {hold_out!r} (choose test or none)")
-    tests = [w.name for w in list_workloads("test")] if hold_out == "test" else []
-    found = tasks_for_sources([*tests, *workloads], target)  # one extraction of all (in workers)
-    held_out = {t.hash for ts in found[: len(tests)] for t in ts.tasks}
+    found, held_out = held_out_split(workloads, hold_out, target)  # one extraction of all (in workers)
     by_hash: dict[str, Any] = {}
     calls: dict[str, dict[str, float]] = {}
-    for w, ts in zip(workloads, found[len(tests):]):
+    for w, ts in zip(workloads, found):
         calls[w] = {}
         for t in ts.tasks:
             if t.hash in held_out or (kinds and t.kind not in kinds):

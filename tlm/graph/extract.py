@@ -167,13 +167,12 @@ def training_tasks(train_sources: list[str], test_sources: list[str], target=Non
     trained on, even when it also occurs in a training workload.
     """
     return drop_held_out([tasks_for_source(s, target) for s in train_sources],
-                         [tasks_for_source(s, target) for s in test_sources])
+                         {t.hash for s in test_sources for t in tasks_for_source(s, target).tasks})
 
 
-def drop_held_out(train_sets: list, test_sets: list) -> list[Task]:
-    """`training_tasks` of TaskSets already extracted (tlm.graph.sources.tasks_for_sources): the
-    training sets' distinct tasks, weights summed, minus every task of a test set."""
-    held_out = {t.hash for ts in test_sets for t in ts.tasks}
+def drop_held_out(train_sets: list, held_out: set[str]) -> list[Task]:
+    """`training_tasks` of TaskSets already extracted (tlm.graph.sources.held_out_split): the
+    training sets' distinct tasks, weights summed, minus every task whose hash is held out."""
     seen: dict[str, Task] = {}
     for ts in train_sets:
         for task in ts.tasks:

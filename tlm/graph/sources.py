@@ -85,3 +85,16 @@ def tasks_for_sources(sources: list[str], target=None, jobs: int | None = None) 
     for s in todo:  # read from the cache the workers wrote (or, for a single one, extracted here)
         got[s] = tasks_for_source(s, target=info)
     return [got[s] for s in sources]
+
+
+def held_out_split(sources: list[str], hold_out: str, target=None) -> tuple[list, set[str]]:
+    """The TaskSets of `sources` (tasks_for_sources, in order) and, with hold_out="test", the hashes
+    of every task of the held-out test workloads, extracted in the same workers ("none": no hash).
+    Hold-out is per subgraph, as in the paper: a training task that a test workload shares is held out."""
+    from tlm.graph.zoo import list_workloads
+
+    if hold_out not in ("none", "test"):
+        raise TlmError(f"unknown --hold-out {hold_out!r} (choose test or none)")
+    tests = [w.name for w in list_workloads("test")] if hold_out == "test" else []
+    found = tasks_for_sources([*tests, *sources], target)
+    return found[len(tests):], {t.hash for ts in found[: len(tests)] for t in ts.tasks}

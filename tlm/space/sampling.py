@@ -243,19 +243,15 @@ def expand_sources(sources: list[str]) -> list[str]:
 def corpus_tasks(sources: list[str], hold_out: str = "none", target=None) -> tuple[list[Task], TargetInfo]:
     """Tasks of `sources`; with hold_out="test", minus every task of the held-out test workloads."""
     from tlm.graph.extract import drop_held_out
-    from tlm.graph.sources import tasks_for_sources
+    from tlm.graph.sources import held_out_split
     from tlm.graph.target import resolve_target
-    from tlm.graph.zoo import list_workloads
 
     sources = expand_sources(sources)
     target = resolve_target(target)
+    found, held_out = held_out_split(sources, hold_out, target)  # extracted in workers, each cache read once
     if hold_out == "test":
-        tests = [w.name for w in list_workloads("test")]
-        found = tasks_for_sources([*tests, *sources], target)  # extracted in workers, each cache read once
-        return drop_held_out(found[len(tests):], found[: len(tests)]), target
-    if hold_out != "none":
-        raise TlmError(f"unknown --hold-out {hold_out!r} (choose test or none)")
-    return [t for ts in tasks_for_sources(sources, target) for t in ts.tasks], target
+        return drop_held_out(found, held_out), target
+    return [t for ts in found for t in ts.tasks], target
 
 
 def _cmd_sample(args: argparse.Namespace) -> int:
