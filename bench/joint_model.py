@@ -75,12 +75,10 @@ def value_scores(lm, sentences: list[str]) -> list[tuple[float, int]]:
     (tlm.model.demos.value_logprobs, as bench/sft_loss.py scores); the prompt ends at the first
     decision's context word, `space` (tlm.space.language: every sentence starts its decisions with
     the design space's index)."""
-    from tlm.model.demos import Demo, encode_demo, value_logprobs
+    from tlm.model.demos import Demo, value_logprobs
 
     demos = [Demo("", s, s.split().index("space"), "", "") for s in sentences]
-    sums = value_logprobs(lm, demos, batch_size=16)
-    words = [sum(1 for x in encode_demo(lm.vocab, d, "decisions")[1] if x != -100) for d in demos]
-    return list(zip(sums, words))
+    return list(value_logprobs(lm, demos, batch_size=16, with_words=True))
 
 
 def judge(lm, programs: dict[str, dict[str, float]]) -> dict[str, float]:

@@ -59,13 +59,12 @@ def _geomean(xs: list[float]) -> float | None:
 
 def score(model_dir: Path, demos: list, tasks_by_hash: dict, target) -> dict:
     """Held-out log-probabilities of the demonstrations under one model."""
-    from tlm.model.demos import encode_demo, value_logprobs
+    from tlm.model.demos import value_logprobs
     from tlm.model.generate import Generator
     from tlm.model.lm import load_model
 
     lm = load_model(model_dir)
-    sums = value_logprobs(lm, demos)
-    words = [sum(1 for x in encode_demo(lm.vocab, d, "decisions")[1] if x != -100) for d in demos]
+    sums, words = zip(*value_logprobs(lm, demos, with_words=True)) if demos else ((), ())
     out = {"value_logprob": sum(sums) / len(sums), "value_logprob_per_word": sum(sums) / max(1, sum(words)),
            "generation_logprob": None, "generation_failures": 0}
     gen = Generator(lm, target)

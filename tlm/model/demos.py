@@ -262,18 +262,20 @@ def token_logprobs(model, ids, attn, labels):
     return logp * mask, mask
 
 
-def value_logprobs(lm, demos, batch_size: int = 8) -> list[float]:
+def value_logprobs(lm, demos, batch_size: int = 8, with_words: bool = False) -> list:
     """Per demonstration: the summed log-probability of its value words under a loaded model
-    (teacher forcing, the full vocabulary: no renormalisation over the valid choices)."""
+    (teacher forcing, the full vocabulary: no renormalisation over the valid choices); with
+    `with_words`, (that sum, the number of its value words) pairs (a per-word mean's denominator)."""
     import torch
 
     demos = as_demos(demos, lm.meta.get("target"))
-    out: list[float] = []
+    out: list = []
     lm.model.eval()
     with torch.no_grad():
         for b in range(0, len(demos), batch_size):
             rows = [encode_demo(lm.vocab, d, "decisions") for d in demos[b : b + batch_size]]
             ids, attn, labels = pad_batch(rows, lm.vocab.pad, str(lm.model.device))
             logp, _ = token_logprobs(lm.model, ids, attn, labels)
-            out.extend(float(x) for x in logp.sum(-1))
+            sums = [float(x) for x in logp.sum(-1)]
+            out.extend(zip(sums, [sum(1 for x in r[1] if x != -100) for r in rows]) if with_words else sums)
     return out
