@@ -24,16 +24,7 @@ source tools/gpu_paths.sh
 [[ "$(basename "$RUN")" =~ ^run-([0-9]{4}-[0-9]{2}-[0-9]{2})-(h100|h200)-[a-z]$ ]] ||
   { echo "gpu_after: name the run results/gpu/run-<date>-<h100|h200>-<letter>, not $RUN" >&2; exit 2; }
 DATE=${BASH_REMATCH[1]} NAMED=${BASH_REMATCH[2]}
-CARD=$(python3 - "$FILES/log.txt" <<'EOF'
-import re, sys
-try:
-    text = open(sys.argv[1]).read()
-except OSError:
-    text = ""
-m = re.search(r"NVIDIA (H100|H200)", text)
-print(m.group(1).lower() if m else "")
-EOF
-)
+CARD=$(grep -oE -m1 "NVIDIA H(100|200)" "$FILES/log.txt" 2>/dev/null | head -1 | sed "s/NVIDIA H/h/" || true)
 [ -n "$CARD" ] || { echo "gpu_after: $FILES/log.txt names no H100 or H200 (the card is read from it)" >&2; exit 1; }
 [ "$CARD" = "$NAMED" ] || { echo "gpu_after: the log says $CARD, the run's name $NAMED" >&2; exit 1; }
 mkdir -p "$RUN"
