@@ -61,7 +61,7 @@ def compile_variant(module, inputs, padded: bool, host):
 def run_model(name: str, host, rounds: int) -> dict:
     import torch
 
-    from tlm.compiler.build import to_tvm
+    from tlm.compiler.apply import to_tvm
     from tlm.eval.timing import interleaved
 
     module, inputs = model_and_inputs(name)

@@ -66,7 +66,7 @@ def _vm_server(conn, artifact: str, inputs: list, min_repeat_ms: int) -> None:
     import tvm
     from tvm import relax
 
-    from tlm.compiler.build import to_tvm
+    from tlm.compiler.apply import to_tvm
     from tlm.compiler.contenders import median_ms
 
     vm = relax.VirtualMachine(tvm.runtime.load_module(artifact), tvm.cpu())
@@ -148,7 +148,7 @@ def time_workload(name: str, artifacts: dict[str, str], rounds: int, one_thread:
     import tvm
     from tvm import relax
 
-    from tlm.compiler.build import to_tvm
+    from tlm.compiler.apply import to_tvm
     from tlm.compiler.contenders import median_ms, onnxruntime_runner
     from tlm.graph.target import runtime_threads
     from tlm.graph.zoo import get_workload

@@ -121,7 +121,7 @@ def time_model(name: str, cells: dict[str, dict], rounds: int) -> dict:
 
     from ort_gap import one_thread_timer
     from outside_models import get
-    from tlm.compiler.build import to_tvm
+    from tlm.compiler.apply import to_tvm
     from tlm.compiler.contenders import median_ms, onnxruntime_runner
     from tlm.graph.target import resolve_target, runtime_threads
 

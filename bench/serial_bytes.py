@@ -131,7 +131,7 @@ def _model_inputs(name: str) -> list:
     """A zoo workload's or a battery model's example inputs as TVM tensors."""
     from outside_models import entries, get
 
-    from tlm.compiler.build import to_tvm
+    from tlm.compiler.apply import to_tvm
     from tlm.graph.zoo import get_workload
 
     if name in {e.name for e in entries()}:
@@ -145,7 +145,7 @@ def time_models(pairs: dict[str, tuple[str, str]], rounds: int) -> dict[str, dic
     import tvm
     from tvm import relax
 
-    from tlm.compiler.build import out_numpy
+    from tlm.compiler.apply import out_numpy
     from tlm.compiler.check import max_abs_diff
     from tlm.eval.timing import interleaved
     from vm_profile import kernels_alone

@@ -57,7 +57,7 @@ def _schedule(task, parallel):
 
 def _final_build(db, task, host, cfg):
     """The final pick's MetaSchedule view and rows, as tlm.compiler.build.compile_imported makes them."""
-    from tlm.compiler.build import compile_database, task_picks
+    from tlm.compiler.apply import compile_database, task_picks
     from tlm.compiler.cold_pick import cold_pick
 
     picks = task_picks(db, [task], host)
@@ -69,7 +69,7 @@ def _final_build(db, task, host, cfg):
 def test_final_pick_times_cold_applies_the_fastest_and_keeps_the_times(tmp_path, host):
     from workloads_tir import matmul
 
-    from tlm.compiler.build import compile_database
+    from tlm.compiler.apply import compile_database
     from tlm.compiler.cold_pick import ColdPickConfig
     from tlm.measure.database import open_db
     from tlm.space.design import plain_json

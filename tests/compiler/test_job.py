@@ -259,7 +259,8 @@ def test_conv_weights_are_packed_at_compile_time(tmp_path, host):
     matches PyTorch as the unpacked one does."""
     import tvm
 
-    from tlm.compiler.build import CompileConfig, compile_database
+    from tlm.compiler.apply import compile_database
+    from tlm.compiler.build import CompileConfig
     from tlm.compiler.job import compile_model
     from tlm.compiler.pack import COMPILE_PACK_OPS, pack_records
     from tlm.graph.extract import extract_tasks, fuse, import_torch

@@ -196,7 +196,7 @@ def test_missing_default_model_is_a_clean_error(tmp_path, monkeypatch, capsys, h
 
 @pytest.mark.tvm
 def test_budget_zero_stores_greedy_programs(tmp_path, host, tasks, model_dir):
-    from tlm.compiler.build import compile_database
+    from tlm.compiler.apply import compile_database
     from tlm.measure.database import GREEDY, open_db
     from tlm.model.generate import Generator
     from tlm.search.base import seeds
@@ -309,7 +309,7 @@ def test_budget_rounds_and_resume_logic(tmp_path):
 
 @pytest.mark.tvm
 def test_tlm_tuner_measures_with_the_model(tmp_path, host, tasks, model_dir):
-    from tlm.compiler.build import compile_database
+    from tlm.compiler.apply import compile_database
     from tlm.measure.database import open_db
     from tlm.model.generate import Generator
     from tlm.search.base import seeds

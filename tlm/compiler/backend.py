@@ -23,7 +23,7 @@ import os
 import warnings
 from typing import Any, Callable, Sequence
 
-from tlm.compiler.build import to_tvm
+from tlm.compiler.apply import to_tvm
 from tlm.errors import TlmError, TlmWarning, first_line, quiet_stderr
 
 OPTIONS = ("budget", "db", "target", "model")  # torch.compile(..., options={...}) keys

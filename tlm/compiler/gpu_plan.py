@@ -81,7 +81,8 @@ def build_plan(source, target: str = "h100", db: str | None = None, out: str | P
     import numpy as np
     import tvm
 
-    from tlm.compiler.build import ATOL as MODEL_ATOL, RTOL as MODEL_RTOL, compile_database
+    from tlm.compiler.apply import compile_database
+    from tlm.compiler.build import ATOL as MODEL_ATOL, RTOL as MODEL_RTOL
     from tlm.measure.cuda_build import lower_cuda
     from tlm.measure.cuda_measure import ATOL, RTOL, sample_index
 

@@ -68,7 +68,7 @@ def lower_to_calls(mod, info: TargetInfo, msdb=None, lowered: dict[str, Any] | N
 
             hashes.update({gv.name_hint: structural_hash(tvm.IRModule({"main": f.with_attr("global_symbol", "main")}))
                            for gv, f in mod.functions.items() if isinstance(f, PrimFunc)})
-        if msdb is not None:  # as tlm.compiler.build_relax applies them
+        if msdb is not None:  # as tlm.compiler.apply.build_relax applies them
             mod = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
             if info.kind == "llvm":
                 mod = tvm.transform.Sequential(prepack_fold())(mod)

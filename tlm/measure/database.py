@@ -350,7 +350,7 @@ class Database:
                         records: dict[str, Record] | None = None):
         """A MetaSchedule database (JSONDatabase in `work_dir`, else in memory) of this target's
         correct records: the best per task, or all of them; or `records` (task hash -> record:
-        what a whole-model compile applies, tlm.compiler.build.compile_database)."""
+        what a whole-model compile applies, tlm.compiler.apply.compile_database)."""
         from tlm.graph.target import resolve_target
         from tlm.space.intrin import light_tensor_intrin
         from tvm.s_tir import meta_schedule as ms
