@@ -125,7 +125,8 @@ def run_shape(shape: tuple[int, int, int], tlm_budget: int, trials: int, rounds:
     from tlm.graph.extract import extract_from_relax
     from tlm.graph.importer import import_torch
     from tlm.measure.database import GREEDY, open_db
-    from tlm.measure.measurer import Candidate, Measurer, MeasureConfig
+    from tlm.measure.config import MeasureConfig
+    from tlm.measure.measurer import Candidate, Measurer
     from tlm.search.base import TuneConfig
     from tlm.search.tune import tune
 

@@ -40,7 +40,8 @@ def _tlm_kernel(task, rec, trace, target, threads: int):
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
-    from tlm.measure.measurer import Candidate, MeasureConfig, Measurer, prepare
+    from tlm.measure.config import MeasureConfig
+    from tlm.measure.measurer import Candidate, Measurer, prepare
     from tlm.measure.workers import make_inputs
 
     cand = Candidate(task=task, trace=trace, proposer="bench")

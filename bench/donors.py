@@ -37,7 +37,8 @@ def task_rows(workload: str, top: int, repeats: int, donors: int) -> list[dict]:
     from tlm.graph.target import host_target
     from tlm.graph.zoo import get_workload
     from tlm.measure.database import open_db
-    from tlm.measure.measurer import Candidate, MeasureConfig, Measurer
+    from tlm.measure.config import MeasureConfig
+    from tlm.measure.measurer import Candidate, Measurer
     from tlm.search.base import TuneConfig
     from tlm.search.tlm_tuner import TlmTuner
     from tlm.space.language import parse

@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     from tlm.eval.heldout import read_tasks
     from tlm.graph.extract import tasks_for_source
     from tlm.graph.target import resolve_target
-    from tlm.measure.measurer import MeasureConfig
+    from tlm.measure.config import MeasureConfig
     from tlm.measure.shards import hardware_slug
     from tlm.model.generate import Generator
     from tlm.model.lm import default_model_dir

@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from tlm.graph.target import resolve_target
     from tlm.measure.database import open_db
-    from tlm.measure.measurer import MeasureConfig
+    from tlm.measure.config import MeasureConfig
     from tlm.measure.shards import corpus_summary, hardware_slug, ingest
     from tlm.model.demos import demo_records
     from tlm.model.finetune import FinetuneConfig, finetune, model_done

@@ -79,7 +79,8 @@ def _worker(programs_file: str, result_file: str, overrides: str) -> None:
 
     from tlm.graph.target import host_target
     from tlm.graph.tasks import Task, matmul_task
-    from tlm.measure.measurer import Candidate, MeasureConfig, Measurer
+    from tlm.measure.config import MeasureConfig
+    from tlm.measure.measurer import Candidate, Measurer
 
     with open(programs_file) as f:
         work = json.load(f)
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         from dataclasses import fields
 
-        from tlm.measure.measurer import MeasureConfig
+        from tlm.measure.config import MeasureConfig
 
         unknown = set(over) - {f.name for f in fields(MeasureConfig)}
         if unknown:

@@ -88,7 +88,7 @@ def compile_workload(name: str, budget: str | None, db: str | None, out: Path) -
     measurer's, TVM's default pool, on which the corpus was measured)."""
     import tlm
     from tlm.compiler.build import CompileConfig
-    from tlm.measure.measurer import MeasureConfig
+    from tlm.measure.config import MeasureConfig
     from tlm.search.base import TuneConfig
 
     budget, _, threads = budget.partition("@t") if budget else (None, "", "")

@@ -35,7 +35,8 @@ def tasks_part(workload: str, db_path: str, top: int, alternations: int = 3) -> 
     from tlm.graph.target import resolve_target
     from tlm.graph.tasks import op_names
     from tlm.measure.database import open_db
-    from tlm.measure.measurer import Candidate, MeasureConfig, Measurer
+    from tlm.measure.config import MeasureConfig
+    from tlm.measure.measurer import Candidate, Measurer
 
     db = open_db(db_path, create=False)
     key = db.target_keys()[0]

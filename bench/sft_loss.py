@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     from tlm.errors import TlmError
     from tlm.graph.target import resolve_target
     from tlm.measure.database import open_db
-    from tlm.measure.measurer import MeasureConfig
+    from tlm.measure.config import MeasureConfig
     from tlm.model.demos import demo_records
     from tlm.model.finetune import FinetuneConfig, finetune
     from tlm.search.loop_state import select_tasks

@@ -16,7 +16,7 @@ def test_tasks_part_times_plain_and_packed(tmp_path, host):
 
     import pack_convs
     from tlm.graph.extract import extract_tasks
-    from tlm.measure.measurer import MeasureConfig
+    from tlm.measure.config import MeasureConfig
     from tlm.search.base import TuneConfig
     from tlm.search.tune import tune
 

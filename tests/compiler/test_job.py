@@ -26,7 +26,7 @@ def test_small_cnn_from_small_db(tmp_path, host):
     from tlm.compiler.build import CompileConfig
     from tlm.compiler.job import compile_model
     from tlm.graph.extract import extract_tasks
-    from tlm.measure.measurer import MeasureConfig
+    from tlm.measure.config import MeasureConfig
     from tlm.search.base import TuneConfig
     from tlm.search.tune import tune
 
@@ -78,7 +78,7 @@ def test_packed_weights_fold_into_the_compiled_model(tmp_path, host):
     from tlm.compiler.job import compile_model
     from tlm.graph.extract import extract_tasks
     from tlm.measure.database import open_db
-    from tlm.measure.measurer import MeasureConfig
+    from tlm.measure.config import MeasureConfig
     from tlm.search.base import TuneConfig
     from tlm.search.tune import tune
 
@@ -266,7 +266,7 @@ def test_conv_weights_are_packed_at_compile_time(tmp_path, host):
     from tlm.graph.extract import extract_tasks, fuse, import_torch
     from tlm.graph.passes import PREPACK_OPS
     from tlm.measure.database import open_db
-    from tlm.measure.measurer import MeasureConfig
+    from tlm.measure.config import MeasureConfig
     from tlm.search.base import TuneConfig
     from tlm.search.tune import tune
 

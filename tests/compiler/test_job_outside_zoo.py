@@ -61,7 +61,7 @@ MODELS = _models()
 def _compile(name, budget, host, tmp_path):
     from tlm.compiler.build import CompileConfig
     from tlm.compiler.job import compile_model
-    from tlm.measure.measurer import MeasureConfig
+    from tlm.measure.config import MeasureConfig
     from tlm.search.base import TuneConfig
 
     module, shape = MODELS[name]

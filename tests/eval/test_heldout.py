@@ -189,7 +189,7 @@ def test_a_run_without_the_heldout_benchmark_may_gain_it_once(tmp_path):
 def test_run_heldout_on_a_tiny_task(tmp_path, host, matmul32):
     """Every contender tunes the task alone, for real (the shipped model, named as `tlm eval` names it, no cost
     model: random and MetaSchedule take no model); a re-run resumes."""
-    from tlm.measure.measurer import MeasureConfig
+    from tlm.measure.config import MeasureConfig
     from tlm.search.base import TuneConfig
 
     from tlm.model.lm import default_model_dir

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from tlm.measure.measurer import Candidate, MeasureConfig, Measurer
+from tlm.measure.config import MeasureConfig
+from tlm.measure.measurer import Candidate, Measurer
 from tlm.measure.workers import compare
 
 pytestmark = pytest.mark.tvm

@@ -24,7 +24,8 @@ def base_dir(tmp_path_factory, tasks, host):
 
 @pytest.fixture(scope="module")
 def measurer(host):
-    from tlm.measure.measurer import MeasureConfig, Measurer
+    from tlm.measure.config import MeasureConfig
+    from tlm.measure.measurer import Measurer
 
     with Measurer(host, MeasureConfig(repeat=2, min_repeat_ms=1, remeasure_top=0)) as m:
         yield m

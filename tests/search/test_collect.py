@@ -12,7 +12,7 @@ from tlm.search.loop import LoopConfig
 
 
 def _config(base, work, corpus, **kw):
-    from tlm.measure.measurer import MeasureConfig
+    from tlm.measure.config import MeasureConfig
 
     loop = LoopConfig(base=str(base), work=str(work), kb=1, kp=2, rounds=1, ft_steps=2, ft_lr=3e-3,
                       ft_batch_size=2, pipeline=False,

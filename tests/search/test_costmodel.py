@@ -166,7 +166,7 @@ def test_tuner_picks_and_ranks_with_the_cost_model(cm_dir, tasks, host, base_dir
     keeps the first choice first and the cost model's top n - 1 of the other samples (the real
     cost model, spied on to see what it ranked)."""
     from tlm.measure.database import open_db
-    from tlm.measure.measurer import MeasureConfig
+    from tlm.measure.config import MeasureConfig
     from tlm.model.generate import Generator
     from tlm.search.base import TuneConfig, seeds
     from tlm.search.costmodel import CostModel, features

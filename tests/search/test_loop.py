@@ -55,7 +55,7 @@ def test_stop_rule():
 
 
 def _config(base, work, **kw):
-    from tlm.measure.measurer import MeasureConfig
+    from tlm.measure.config import MeasureConfig
 
     opts = dict(base=str(base), work=str(work), kb=2, kp=2, ft_steps=3, ft_lr=3e-3, ft_batch_size=2,
                 measure=MeasureConfig(repeat=2, min_repeat_ms=1, remeasure_top=0))

@@ -31,7 +31,7 @@ def model_dir(tmp_path_factory, tasks, host):
 
 
 def _config(**kw):
-    from tlm.measure.measurer import MeasureConfig
+    from tlm.measure.config import MeasureConfig
     from tlm.search.base import TuneConfig
 
     kw = {"cost_model": "none", "pick_samples": 16, **kw}  # the cost model's tests: tests/search/test_costmodel.py

@@ -32,7 +32,7 @@ def test_cli_bad_budget(tmp_path):
 @pytest.mark.tvm
 def test_metaschedule_baseline_tiny(tmp_path, host, matmul32):
     from tlm.measure.database import open_db
-    from tlm.measure.measurer import MeasureConfig
+    from tlm.measure.config import MeasureConfig
 
     cfg = TuneConfig(batch_size=4, measure=MeasureConfig(repeat=3, min_repeat_ms=5, remeasure_top=1))
     rows = tune([matmul32], "metaschedule", "4", str(tmp_path / "db"), target=host, config=cfg, progress=False)
@@ -46,7 +46,7 @@ def test_metaschedule_baseline_tiny(tmp_path, host, matmul32):
 _SCRIPT = """
 import sys
 from tlm.graph.tasks import matmul_task
-from tlm.measure.measurer import MeasureConfig
+from tlm.measure.config import MeasureConfig
 from tlm.search.base import TuneConfig
 from tlm.search.tune import tune
 cfg = TuneConfig(batch_size=3, measure=MeasureConfig(repeat=3, min_repeat_ms=5, remeasure_top=1))

@@ -39,7 +39,7 @@ class ColdPickConfig:
     min_share: float = 0.01  # of the model's weighted time: smaller tasks keep their record
     margin: float = 0.03  # a candidate must be this much faster than the applied record
     repeat: int = 7  # cold calls per round
-    rounds: int = 2  # interleaved rounds (tlm.measure.measurer.MeasureConfig.rounds)
+    rounds: int = 2  # interleaved rounds (tlm.measure.config.MeasureConfig.rounds)
 
 
 @dataclass
@@ -92,7 +92,8 @@ def cold_pick(database, tasks, info, picks: dict[str, Any], threads: int,
     from tlm.compiler.pack import COMPILE_PACK_OPS, packed_candidate
     from tlm.graph.tasks import op_names
     from tlm.measure.database import GREEDY
-    from tlm.measure.measurer import Candidate, MeasureConfig, Measurer
+    from tlm.measure.config import MeasureConfig
+    from tlm.measure.measurer import Candidate, Measurer
 
     cfg = config or ColdPickConfig()
     key = info.key

@@ -31,7 +31,8 @@ def recheck_greedy(database, tasks, info, picks: dict[str, Any]) -> Recheck:
     """Run every applied greedy program of `picks` once, checked; mark the wrong ones failed and
     pick again (`Database.compile_record`) until every applied greedy program has passed."""
     from tlm.measure.database import GREEDY
-    from tlm.measure.measurer import Candidate, MeasureConfig, Measurer
+    from tlm.measure.config import MeasureConfig
+    from tlm.measure.measurer import Candidate, Measurer
 
     by_hash = {t.hash: t for t in tasks}
     threads = info.cores if info.kind == "llvm" else 1

@@ -52,7 +52,8 @@ def retime(picked: list[tuple[str, Any]], db_root: str, target, tlm_ks: list[int
     from dataclasses import replace
 
     from tlm.eval.heldout import program_id, winners
-    from tlm.measure.measurer import Candidate, MeasureConfig, Measurer
+    from tlm.measure.config import MeasureConfig
+    from tlm.measure.measurer import Candidate, Measurer
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

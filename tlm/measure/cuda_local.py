@@ -22,7 +22,8 @@ from typing import Any
 
 from tlm.errors import TlmError, first_line
 from tlm.graph.target import TargetInfo, resolve_target
-from tlm.measure.measurer import Candidate, MeasureConfig, MeasureResult, short_error, prepare
+from tlm.measure.config import MeasureConfig
+from tlm.measure.measurer import Candidate, MeasureResult, short_error, prepare
 
 SEED = 0  # the inputs every batch draws (the bundles' default)
 

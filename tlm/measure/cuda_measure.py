@@ -18,7 +18,7 @@ from typing import Any
 
 from tlm.errors import TlmError, first_line
 
-RTOL, ATOL = 1e-4, 1e-5  # tlm.measure.measurer.MeasureConfig's defaults
+RTOL, ATOL = 1e-4, 1e-5  # tlm.measure.config.MeasureConfig's defaults
 SLOW_MS = 50.0  # a checked run this slow is the program's one reading
 TIMING_BUDGET_MS = 60.0  # GPU time for one program's repeats
 MIN_REPEAT, MAX_REPEAT = 3, 20

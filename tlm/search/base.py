@@ -16,7 +16,7 @@ from typing import Any
 from tlm.errors import TlmError
 from tlm.graph.tasks import Task
 from tlm.measure.cuda_local import measurer_for
-from tlm.measure.measurer import MeasureConfig
+from tlm.measure.config import MeasureConfig
 
 
 @dataclass

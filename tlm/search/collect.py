@@ -273,7 +273,7 @@ def collect(config: CollectConfig, tasks: list | None = None, progress: bool = T
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
-    from tlm.measure.measurer import measure_config_from_args
+    from tlm.measure.config import measure_config_from_args
 
     loop = LoopConfig(base=args.base or "", work=args.work or "", sources=list(args.sources), kb=args.kb,
                       kp=args.kp, rounds=args.rounds, max_tasks=args.max_tasks, seed=args.seed, target=args.target,
@@ -322,7 +322,7 @@ def _cmd_corpus(args: argparse.Namespace) -> int:
 
 
 def register_cli(sub) -> None:
-    from tlm.measure.measurer import add_measure_args
+    from tlm.measure.config import add_measure_args
 
     p = sub.add_parser("collect", help="the data engine: the iterative loop, flushed to the corpus in git")
     p.add_argument("--corpus", default=DEFAULT_CORPUS, help=f"shard directory (default {DEFAULT_CORPUS})")
@@ -369,7 +369,7 @@ def register_cli(sub) -> None:
     # Slow programs (far from the best) cost ~400 ms of timing instead of 5 full runs, those 3x
     # slower than their task's best (or below 1 GFLOPS) are not timed beyond their checked run
     # and stopped 3 s past that: the corpus grows faster where precision matters least
-    # (tlm.measure.measurer.MeasureConfig; a vgg_16-b8 conv's random programs ran up to 30 s).
+    # (tlm.measure.config.MeasureConfig; a vgg_16-b8 conv's random programs ran up to 30 s).
     # Repeats of 10 ms, not 30: 1.31x the programs per second, as repeatable (bench/measure_rate.py).
     p.set_defaults(func=_cmd_collect, timing_budget_ms=400.0, slow_factor=3.0, min_gflops=1.0, min_repeat_ms=10)
 

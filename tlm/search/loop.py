@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from tlm.errors import TlmError, read_json
-from tlm.measure.measurer import MeasureConfig
+from tlm.measure.config import MeasureConfig
 from tlm.search.loop_finetune import FinetuneProcess
 from tlm.search.loop_state import (CSV_COLUMNS, STATE_VERSION, WorkDir, batch_key, converged, select_tasks,
                                    split_batches, stop_reason, write_convergence)

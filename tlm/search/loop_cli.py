@@ -10,7 +10,7 @@ from tlm.search.loop import LoopConfig, run_loop
 
 
 def _cmd_loop(args: argparse.Namespace) -> int:
-    from tlm.measure.measurer import measure_config_from_args
+    from tlm.measure.config import measure_config_from_args
 
     cfg = LoopConfig(
         base=args.base, work=args.work, sources=list(args.sources), kb=args.kb, kp=args.kp, rounds=args.rounds,
@@ -31,7 +31,7 @@ def _cmd_loop(args: argparse.Namespace) -> int:
 
 
 def register_cli(sub) -> None:
-    from tlm.measure.measurer import add_measure_args
+    from tlm.measure.config import add_measure_args
 
     p = sub.add_parser("loop", help="iterative optimization: generate, measure, fine-tune (paper Alg. 1)")
     p.add_argument("--base", required=True, help="the pretrained model directory (TLM-base)")

@@ -16,7 +16,7 @@ from tlm.errors import TlmError
 from tlm.graph.target import resolve_target
 from tlm.graph.tasks import Task
 from tlm.measure.database import open_db
-from tlm.measure.measurer import add_measure_args, measure_config_from_args
+from tlm.measure.config import add_measure_args, measure_config_from_args
 from tlm.model.lm import default_model_dir
 from tlm.search.base import TuneConfig, Tuner, parse_budget, print_summary
 from tlm.search.baselines import MetaScheduleTuner, RandomTuner
